@@ -1,0 +1,19 @@
+"""Resource options shared by the components."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pulumi
+
+
+def child_options(parent: pulumi.Resource, opts: Optional[pulumi.ResourceOptions], **extra) -> pulumi.ResourceOptions:
+    """Options for a component's child: parented, and waiting on whatever the component waits on.
+
+    Pulumi does not pass a component's ``depends_on`` down to its children, so a
+    RayCluster inside a component that "depends on" the node pools would
+    otherwise be created before them.
+    """
+    inherited = list((opts.depends_on if opts else None) or [])
+    own = list(extra.pop("depends_on", None) or [])
+    return pulumi.ResourceOptions(parent=parent, depends_on=inherited + own or None, **extra)

@@ -1,0 +1,256 @@
+"""The Kubernetes objects of a multislice TPU RayCluster, as plain dicts.
+
+Pure functions (no Pulumi): the component registers them, the offline plan
+prints them as YAML, and the tests validate them against the KubeRay CRD and
+the Kubernetes schemas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from components.tpu_catalogue import SliceShape
+
+DATA_MOUNT = "/data"
+"""Where every Ray pod sees the checkpoint bucket (MaxText's base_output_directory)."""
+DASHBOARD_PORT = 8265
+WORKER_GROUP = "tpu-group"
+NETDEV_DEVICE_CLASS = "netdev.google.com"
+GCS_FUSE_MOUNT_OPTIONS = "implicit-dirs,uid=1000,gid=1000,dir-mode=775,file-mode=664,file-cache:max-size-mb:-1"
+# The tutorial's XLA/libtpu tuning for MaxText on Trillium.
+TUTORIAL_XLA_FLAGS = (
+    "--xla_tpu_scoped_vmem_limit_kib=122880",
+    "--xla_tpu_use_minor_sharding_for_major_trivial_input=true",
+    "--xla_tpu_relayout_group_size_threshold_for_reduce_scatter=1",
+    "--xla_tpu_assign_all_reduce_scatter_layout",
+    "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true",
+    "--xla_tpu_enable_async_collective_fusion_multiple_steps=true",
+    "--xla_tpu_overlap_compute_collective_tc=true",
+    "--xla_enable_async_all_gather=true",
+)
+
+
+@dataclass(frozen=True)
+class RayClusterSpec:
+    """What varies between RayClusters; defaults are the tutorial's values."""
+
+    name: str
+    namespace: str
+    service_account: str
+    bucket_name: str
+    shape: SliceShape
+    num_slices: int
+    min_slices: int
+    dcn_interfaces: int
+    image: str
+    megascale_port: int = 9915
+    head_cpu: str = "8"
+    head_memory: str = "16Gi"
+    worker_cpu: str = "8"
+    worker_memory: str = "200G"
+    xla_flags: tuple[str, ...] = TUTORIAL_XLA_FLAGS
+    compute_class: Optional[str] = None
+    """Autopilot: the ComputeClass that provisions the TPU nodes."""
+    spot: bool = False
+    extra_worker_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def claim_template_name(self) -> str:
+        return f"{self.name}-dcn-netdev"
+
+    @property
+    def head_service(self) -> str:
+        """The Service KubeRay creates for the head pod."""
+        return f"{self.name}-head-svc"
+
+
+def interface_prefixes(dcn_interfaces: int) -> str:
+    """DRANET hands the pod eth1..ethN; megascale must also keep loopback."""
+    return ",".join([f"eth{i}" for i in range(1, dcn_interfaces + 1)] + ["lo"])
+
+
+def libtpu_init_args(spec: RayClusterSpec) -> str:
+    flags = list(spec.xla_flags)
+    if spec.dcn_interfaces:
+        flags.append(f"--megascale_grpc_interface_prefixes={interface_prefixes(spec.dcn_interfaces)}")
+    return " ".join(flags)
+
+
+def resource_claim_template(spec: RayClusterSpec) -> dict:
+    """The DRA claim that gives each TPU worker pod exactly the slice's DCN NICs."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": spec.claim_template_name, "namespace": spec.namespace},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "req-netdev",
+                            "exactly": {
+                                "deviceClassName": NETDEV_DEVICE_CLASS,
+                                "allocationMode": "ExactCount",
+                                "count": spec.dcn_interfaces,
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+
+
+def compute_class(spec: RayClusterSpec) -> dict:
+    """Autopilot's way to ask for TPU nodes with DRANET: a ComputeClass with ANP ``auto``."""
+    priority: dict = {
+        "tpu": {
+            "type": spec.shape.generation.gke_accelerator,
+            "count": spec.shape.chips_per_host,
+            "topology": spec.shape.topology,
+        },
+        "spot": spec.spot,
+    }
+    if spec.dcn_interfaces:
+        priority["acceleratorNetworkProfile"] = "auto"
+    return {
+        "apiVersion": "cloud.google.com/v1",
+        "kind": "ComputeClass",
+        "metadata": {"name": spec.compute_class},
+        "spec": {
+            "nodePoolAutoCreation": {"enabled": True},
+            "nodePoolConfig": {"dra": {"networking": {"enabled": bool(spec.dcn_interfaces)}}},
+            "priorities": [priority],
+        },
+    }
+
+
+def _pod_annotations() -> dict:
+    # "0" lifts the sidecar's own limits, so checkpoint writes are not throttled.
+    return {
+        "gke-gcsfuse/volumes": "true",
+        "gke-gcsfuse/cpu-limit": "0",
+        "gke-gcsfuse/memory-limit": "0",
+        "gke-gcsfuse/ephemeral-storage-limit": "0",
+    }
+
+
+def _volumes(spec: RayClusterSpec) -> list:
+    return [
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        {
+            "name": "gcs-fuse-csi-ephemeral",
+            "csi": {
+                "driver": "gcsfuse.csi.storage.gke.io",
+                "volumeAttributes": {"bucketName": spec.bucket_name, "mountOptions": GCS_FUSE_MOUNT_OPTIONS},
+            },
+        },
+    ]
+
+
+_VOLUME_MOUNTS = [
+    {"name": "gcs-fuse-csi-ephemeral", "mountPath": DATA_MOUNT},
+    {"name": "dshm", "mountPath": "/dev/shm"},
+]
+
+
+def worker_env(spec: RayClusterSpec) -> list:
+    env = {
+        "MEGASCALE_NUM_SLICES": str(spec.num_slices),
+        "MEGASCALE_PORT": str(spec.megascale_port),
+        "JAX_PLATFORMS": "tpu,cpu",
+        "ENABLE_PJRT_COMPATIBILITY": "true",
+        "LIBTPU_INIT_ARGS": libtpu_init_args(spec),
+        **spec.extra_worker_env,
+    }
+    return [{"name": key, "value": value} for key, value in env.items()]
+
+
+def _worker_node_selector(spec: RayClusterSpec) -> dict:
+    selector = {
+        "iam.gke.io/gke-metadata-server-enabled": "true",
+        "cloud.google.com/gke-tpu-accelerator": spec.shape.generation.gke_accelerator,
+        "cloud.google.com/gke-tpu-topology": spec.shape.topology,
+    }
+    if spec.compute_class:
+        selector["cloud.google.com/compute-class"] = spec.compute_class
+    if spec.spot:
+        selector["cloud.google.com/gke-spot"] = "true"
+    return selector
+
+
+def ray_cluster(spec: RayClusterSpec) -> dict:
+    """The RayCluster: a CPU head and one TPU worker group whose replicas are slices."""
+    tpu = str(spec.shape.chips_per_host)
+    worker_container: dict = {
+        "name": "ray-worker",
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "resources": {
+            "limits": {"memory": spec.worker_memory, "google.com/tpu": tpu},
+            "requests": {"cpu": spec.worker_cpu, "memory": spec.worker_memory, "google.com/tpu": tpu},
+        },
+        "env": worker_env(spec),
+        # libtpu needs device and memlock access the default container profile does not grant.
+        "securityContext": {"privileged": True},
+        "volumeMounts": _VOLUME_MOUNTS,
+    }
+    worker_pod: dict = {
+        "serviceAccountName": spec.service_account,
+        "containers": [worker_container],
+        "volumes": _volumes(spec),
+        "nodeSelector": _worker_node_selector(spec),
+    }
+    if spec.dcn_interfaces:
+        worker_pod["resourceClaims"] = [{"name": "netdev", "resourceClaimTemplateName": spec.claim_template_name}]
+        worker_container["resources"]["claims"] = [{"name": "netdev"}]
+
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": spec.name, "namespace": spec.namespace},
+        "spec": {
+            "headGroupSpec": {
+                # ClusterIP only: the dashboard and Jobs API are reached by port-forward, never publicly.
+                "serviceType": "ClusterIP",
+                "rayStartParams": {},
+                "template": {
+                    "metadata": {"annotations": _pod_annotations()},
+                    "spec": {
+                        "serviceAccountName": spec.service_account,
+                        "containers": [
+                            {
+                                "name": "ray-head",
+                                "image": spec.image,
+                                "imagePullPolicy": "IfNotPresent",
+                                "ports": [
+                                    {"containerPort": 6379, "name": "gcs-server"},
+                                    {"containerPort": DASHBOARD_PORT, "name": "dashboard"},
+                                    {"containerPort": 10001, "name": "client"},
+                                ],
+                                "resources": {
+                                    "limits": {"memory": spec.head_memory},
+                                    "requests": {"cpu": spec.head_cpu, "memory": spec.head_memory},
+                                },
+                                "volumeMounts": _VOLUME_MOUNTS,
+                            }
+                        ],
+                        "volumes": _volumes(spec),
+                        "nodeSelector": {"iam.gke.io/gke-metadata-server-enabled": "true"},
+                    },
+                },
+            },
+            "workerGroupSpecs": [
+                {
+                    "groupName": WORKER_GROUP,
+                    "replicas": spec.num_slices,
+                    "minReplicas": spec.min_slices,
+                    "maxReplicas": spec.num_slices,
+                    "numOfHosts": spec.shape.hosts,
+                    "rayStartParams": {"metrics-export-port": "8082"},
+                    "template": {"metadata": {"annotations": _pod_annotations()}, "spec": worker_pod},
+                }
+            ],
+        },
+    }
