@@ -19,6 +19,7 @@ import yaml
 
 import pulumi
 from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
@@ -108,7 +109,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
                     urn=response.urn,
                     type=request.type,
                     name=request.name,
-                    inputs=self.resources[response.urn].state if request.custom else {},
+                    inputs=rpc.deserialize_properties(request.object) if request.custom else {},
                     custom=bool(request.custom),
                     parent=request.parent,
                     dependencies=list(request.dependencies),

@@ -1,0 +1,273 @@
+"""The real __main__.py on the real Pulumi.dev.yaml, asserted against the tutorial's values."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+
+from components.offline import MOCK_PROJECT_NUMBER
+from components.validation import validate_core, validate_ray_cluster
+from tests.conftest import SHARED
+
+NETWORK = "gcp:compute/network:Network"
+SUBNET = "gcp:compute/subnetwork:Subnetwork"
+FIREWALL = "gcp:compute/firewall:Firewall"
+CLUSTER = "gcp:container/cluster:Cluster"
+NODE_POOL = "gcp:container/nodePool:NodePool"
+BUCKET = "gcp:storage/bucket:Bucket"
+BUCKET_MEMBER = "gcp:storage/bucketIAMMember:BucketIAMMember"
+KSA = "kubernetes:core/v1:ServiceAccount"
+CLAIM = "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate"
+RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
+
+
+def tpu_pools(run):
+    return sorted(
+        (r for r in run.of_type(NODE_POOL) if r.parent_type == "gke-ray-tpu:index:TpuSliceNodePool"),
+        key=lambda r: r.inputs["name"],
+    )
+
+
+def test_dcn_networks_are_jumbo_custom_mode_vpcs(dev_run):
+    networks = sorted(dev_run.of_type(NETWORK), key=lambda r: r.inputs["name"])
+    assert [n.inputs["name"] for n in networks] == ["ray-tpu-multislice-net-1", "ray-tpu-multislice-net-2"]
+    for network in networks:
+        assert network.inputs["mtu"] == 8896
+        assert network.inputs["autoCreateSubnetworks"] is False
+        assert network.parent_type == "gke-ray-tpu:index:DcnNetworks"
+
+
+def test_subnets_use_the_tutorial_ranges_without_secondary_ranges(dev_run):
+    subnets = sorted(dev_run.of_type(SUBNET), key=lambda r: r.inputs["name"])
+    assert [(s.inputs["ipCidrRange"], s.inputs["region"]) for s in subnets] == [
+        ("10.50.0.0/16", "us-east5"),
+        ("10.60.0.0/16", "us-east5"),
+    ]
+    assert [s.inputs["network"] for s in subnets] == ["dcn-net-1-id", "dcn-net-2-id"]
+    assert all("secondaryIpRanges" not in s.inputs for s in subnets)
+
+
+def test_each_dcn_network_allows_ingress_from_its_own_subnet_only(dev_run):
+    rules = sorted(dev_run.of_type(FIREWALL), key=lambda r: r.inputs["name"])
+    assert [(r.inputs["network"], r.inputs["sourceRanges"]) for r in rules] == [
+        ("dcn-net-1-id", ["10.50.0.0/16"]),
+        ("dcn-net-2-id", ["10.60.0.0/16"]),
+    ]
+    for rule in rules:
+        assert rule.inputs["direction"] == "INGRESS"
+        assert sorted(a["protocol"] for a in rule.inputs["allows"]) == ["icmp", "tcp", "udp"]
+        assert all("ports" not in a for a in rule.inputs["allows"])
+
+
+def test_cluster_has_the_tutorial_add_ons_datapath_identity_and_version(dev_run):
+    cluster = dev_run.one(CLUSTER).inputs
+    assert cluster["name"] == "ray-tpu-multislice"
+    assert cluster["location"] == "us-east5-b"
+    assert cluster["addonsConfig"] == {
+        "rayOperatorConfigs": [{"enabled": True}],
+        "gcsFuseCsiDriverConfig": {"enabled": True},
+    }
+    assert cluster["datapathProvider"] == "ADVANCED_DATAPATH"
+    assert cluster["workloadIdentityConfig"] == {"workloadPool": "my-tpu-project.svc.id.goog"}
+    assert cluster["minMasterVersion"] == "1.35.2-gke.1842000"
+    assert cluster["releaseChannel"] == {"channel": "RAPID"}
+    # Standard mode: enable_autopilot must be absent, never False (pulumi-gcp#2881).
+    assert "enableAutopilot" not in cluster
+    assert cluster["removeDefaultNodePool"] is True
+    assert cluster["deletionProtection"] is False  # the dev stack opts out explicitly
+
+
+def test_cpu_pool_hosts_the_ray_head(dev_run):
+    pool = dev_run.one(NODE_POOL, "gke-cpu-pool").inputs
+    assert pool["nodeConfig"]["machineType"] == "n1-standard-16"
+    assert pool["nodeCount"] == 3
+    assert pool["nodeConfig"]["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
+
+
+def test_one_tpu_pool_per_slice_with_every_tutorial_flag(dev_run):
+    pools = tpu_pools(dev_run)
+    assert [p.inputs["name"] for p in pools] == ["v6e-16-0", "v6e-16-1"]
+    for pool in pools:
+        inputs, node = pool.inputs, pool.inputs["nodeConfig"]
+        assert inputs["cluster"] == "ray-tpu-multislice"
+        assert inputs["location"] == "us-east5-b"
+        assert inputs["nodeLocations"] == ["us-east5-b"]
+        assert inputs["nodeCount"] == 4
+        assert inputs["placementPolicy"] == {"type": "COMPACT", "tpuTopology": "4x4"}
+        assert node["machineType"] == "ct6e-standard-4t"
+        assert node["advancedMachineFeatures"] == {"threadsPerCore": 1}
+        assert node["gvnic"] == {"enabled": True}
+        assert node["labels"] == {"cloud.google.com/gke-networking-dra-driver": "true"}
+        assert node["oauthScopes"] == ["https://www.googleapis.com/auth/cloud-platform"]
+        assert node["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
+        assert node["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
+        assert "spot" not in node
+        assert inputs["networkConfig"]["additionalNodeNetworkConfigs"] == [
+            {"network": "ray-tpu-multislice-net-1", "subnetwork": "ray-tpu-multislice-tpu-subnet-1"},
+            {"network": "ray-tpu-multislice-net-2", "subnetwork": "ray-tpu-multislice-tpu-subnet-2"},
+        ]
+
+
+def test_tpu_pools_wait_for_the_cluster_and_both_dcn_subnets(dev_run):
+    for pool in tpu_pools(dev_run):
+        names = {urn.rsplit("::", 1)[1] for urn in pool.dependencies}
+        assert {"gke-cluster", "dcn-tpu-subnet-1", "dcn-tpu-subnet-2"} <= names
+
+
+def test_bucket_is_private_uniform_standard_and_kept_on_destroy(dev_run):
+    bucket = dev_run.one(BUCKET)
+    assert bucket.inputs == {
+        "name": "my-tpu-project-maxtext-checkpoints",
+        "project": "my-tpu-project",
+        "location": "us-east5",
+        "storageClass": "STANDARD",
+        "uniformBucketLevelAccess": True,
+        "publicAccessPrevention": "enforced",
+        "forceDestroy": False,
+    }
+    assert bucket.retain_on_delete is True
+
+
+def test_ksa_is_a_valid_service_account_in_the_namespace(dev_run):
+    ksa = dev_run.one(KSA)
+    assert ksa.inputs["metadata"] == {"name": "ray-tpu-ksa", "namespace": "default"}
+    validate_core(ksa.inputs)
+    assert ksa.provider.split("::")[-1].startswith("gke-k8s")
+
+
+def test_iam_binding_is_bucket_scoped_to_the_ksa_principal(dev_run):
+    binding = dev_run.one(BUCKET_MEMBER).inputs
+    assert binding == {
+        "bucket": "my-tpu-project-maxtext-checkpoints",
+        "role": "roles/storage.objectUser",
+        "member": (
+            f"principal://iam.googleapis.com/projects/{MOCK_PROJECT_NUMBER}/locations/global/"
+            "workloadIdentityPools/my-tpu-project.svc.id.goog/subject/ns/default/sa/ray-tpu-ksa"
+        ),
+    }
+    assert not [r for r in dev_run.resources if r.type.startswith("gcp:projects/")]
+    assert "gcp:organizations/getProject:getProject" in dev_run.invokes
+
+
+def test_claim_template_requests_one_netdev_per_dcn_network(dev_run):
+    claim = dev_run.one(CLAIM).inputs
+    validate_core(claim)
+    assert claim["spec"]["spec"]["devices"]["requests"] == [
+        {
+            "name": "req-netdev",
+            "exactly": {"deviceClassName": "netdev.google.com", "allocationMode": "ExactCount", "count": 2},
+        }
+    ]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(dev_run):
+    manifest = dev_run.one(RAYCLUSTER).inputs
+    validate_ray_cluster(manifest)
+    return manifest
+
+
+def test_ray_head_matches_the_tutorial(ray_cluster):
+    head = ray_cluster["spec"]["headGroupSpec"]
+    assert head["serviceType"] == "ClusterIP"
+    pod = head["template"]["spec"]
+    container = pod["containers"][0]
+    assert [(p["containerPort"], p["name"]) for p in container["ports"]] == [
+        (6379, "gcs-server"),
+        (8265, "dashboard"),
+        (10001, "client"),
+    ]
+    assert container["resources"] == {"limits": {"memory": "16Gi"}, "requests": {"cpu": "8", "memory": "16Gi"}}
+    assert {m["mountPath"] for m in container["volumeMounts"]} == {"/data", "/dev/shm"}
+    assert pod["serviceAccountName"] == "ray-tpu-ksa"
+    assert head["template"]["metadata"]["annotations"]["gke-gcsfuse/volumes"] == "true"
+
+
+def test_tpu_worker_group_is_one_replica_per_slice(ray_cluster):
+    (group,) = ray_cluster["spec"]["workerGroupSpecs"]
+    assert (group["groupName"], group["replicas"], group["numOfHosts"]) == ("tpu-group", 2, 4)
+    assert (group["minReplicas"], group["maxReplicas"]) == (1, 2)
+    pod = group["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["resources"]["limits"]["google.com/tpu"] == "4"
+    assert container["resources"]["requests"]["google.com/tpu"] == "4"
+    assert container["resources"]["claims"] == [{"name": "netdev"}]
+    assert pod["resourceClaims"] == [{"name": "netdev", "resourceClaimTemplateName": "maxtext-tpu-cluster-dcn-netdev"}]
+    assert pod["nodeSelector"] == {
+        "iam.gke.io/gke-metadata-server-enabled": "true",
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+        "cloud.google.com/gke-tpu-topology": "4x4",
+    }
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["MEGASCALE_NUM_SLICES"] == "2"
+    assert env["MEGASCALE_PORT"] == "9915"
+    assert env["JAX_PLATFORMS"] == "tpu,cpu"
+    assert env["ENABLE_PJRT_COMPATIBILITY"] == "true"
+    assert env["LIBTPU_INIT_ARGS"].endswith("--megascale_grpc_interface_prefixes=eth1,eth2,lo")
+    volume = next(v for v in pod["volumes"] if "csi" in v)
+    assert volume["csi"]["volumeAttributes"]["bucketName"] == "my-tpu-project-maxtext-checkpoints"
+    assert not pod.get("hostNetwork")  # DRANET and GCS FUSE both refuse host-network pods
+
+
+def test_ray_cluster_waits_for_slices_storage_and_claim(dev_run):
+    ray = dev_run.one(RAYCLUSTER)
+    names = {urn.rsplit("::", 1)[1] for urn in ray.dependencies}
+    # A dependency on a component expands to its children.
+    assert {"slice-0-pool", "slice-1-pool", "storage-ksa", "storage-object-user", "ray-netdev-claim"} <= names
+
+
+@pytest.mark.skipif(not (SHARED / "reference").is_dir(), reason="the tutorial's manifests live in ../shared/reference")
+def test_ray_cluster_equals_the_tutorial_manifest_except_documented_changes(ray_cluster):
+    text = (SHARED / "reference" / "ray-cluster.tpu-multi-slice.yaml").read_text()
+    text = text.replace("${KSA_NAME}", "ray-tpu-ksa").replace("${GS_BUCKET}", "my-tpu-project-maxtext-checkpoints")
+    tutorial = next(d for d in yaml.safe_load_all(text) if d and d["kind"] == "RayCluster")
+
+    ours = yaml.safe_load(yaml.safe_dump(ray_cluster))
+    # The documented deviations, undone one by one; everything else must be identical.
+    ours["metadata"].pop("namespace")
+    ours["spec"]["headGroupSpec"].pop("serviceType")
+    group = ours["spec"]["workerGroupSpecs"][0]
+    group.pop("minReplicas"), group.pop("maxReplicas")
+    group["template"]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "two-netdev"
+    for pod in (ours["spec"]["headGroupSpec"]["template"]["spec"], group["template"]["spec"]):
+        for container in pod["containers"]:
+            assert container["image"] == os.environ.get("EXPECTED_RAY_IMAGE", "rayproject/ray:2.55.0-py312-tpu")
+            container["image"], container["imagePullPolicy"] = "rayproject/ray:nightly-py312-tpu", "Always"
+    assert ours == tutorial
+
+
+def test_stack_outputs_feed_the_submit_step(dev_run):
+    assert dev_run.outputs == {
+        "project": "my-tpu-project",
+        "region": "us-east5",
+        "zone": "us-east5-b",
+        "clusterName": "ray-tpu-multislice",
+        "clusterLocation": "us-east5-b",
+        "namespace": "default",
+        "ksaName": "ray-tpu-ksa",
+        "bucketName": "my-tpu-project-maxtext-checkpoints",
+        "checkpointDir": "/data",
+        "rayClusterName": "maxtext-tpu-cluster",
+        "rayHeadService": "maxtext-tpu-cluster-head-svc",
+        "rayDashboardPort": 8265,
+        "tpuGeneration": "v6e",
+        "acceleratorType": "TPU-V6E",
+        "topology": "4x4",
+        "numSlices": 2,
+        "hostsPerSlice": 4,
+        "chipsPerHost": 4,
+        "chipsPerSlice": 16,
+        "spot": False,
+        "elasticMinSlices": 1,
+    }
+
+
+def test_every_child_is_parented_to_its_component(dev_run):
+    components = {"gke-ray-tpu:index:" + n for n in ("GkeRayCluster", "DcnNetworks", "TpuSliceNodePool", "GcsWorkloadIdentity", "RayTpuCluster")}
+    for resource in dev_run.resources:
+        if resource.type in components:
+            assert resource.parent_type == "pulumi:pulumi:Stack", resource.urn
+        else:
+            assert resource.parent_type in components, resource.urn
