@@ -142,17 +142,19 @@ def run_offline(
     stack: str = "dev",
     preview: bool = True,
     program: Path = PROGRAM,
+    run: Optional[OfflineRun] = None,
 ) -> OfflineRun:
     """Run ``program`` against the mock engine with ``config``; return what it registered and exported.
 
     Each call runs in a fresh context, so one process can run many stacks.
-    Errors raised by the program (a ConfigError, say) propagate unchanged.
+    Errors raised by the program (a ConfigError, say) propagate unchanged;
+    pass ``run`` to see what had been registered by then.
     """
-    return contextvars.Context().run(_run_in_fresh_context, dict(config), stack, preview, program)
+    run = run if run is not None else OfflineRun()
+    return contextvars.Context().run(_run_in_fresh_context, dict(config), stack, preview, program, run)
 
 
-def _run_in_fresh_context(config: dict, stack: str, preview: bool, program: Path) -> OfflineRun:
-    run = OfflineRun()
+def _run_in_fresh_context(config: dict, stack: str, preview: bool, program: Path, run: OfflineRun) -> OfflineRun:
     mocks = _StackMocks(run)
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=preview, monitor=_RecordingMonitor(mocks))
     runtime_config.set_all_config(config)

@@ -245,7 +245,10 @@ def parse_stack_config(raw: Mapping[str, str]) -> StackConfig:
 
     mode = read.choice("clusterMode", "standard", CLUSTER_MODES)
     shape = slice_shape(
-        read.str("tpuGeneration", "v6e"), read.str("tpuTopology", "4x4"), key=_key("tpuTopology")
+        read.str("tpuGeneration", "v6e"),
+        read.str("tpuTopology", "4x4"),
+        key=_key("tpuTopology"),
+        generation_key=_key("tpuGeneration"),
     )
     num_slices = read.int("numSlices", 2, minimum=1, maximum=64)
     if num_slices > 1 and not shape.multi_host:

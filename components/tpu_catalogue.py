@@ -174,7 +174,7 @@ class SliceShape:
         return self.chips * self.generation.hbm_gib_per_chip
 
 
-def generation(name: str, key: str = "tpu:generation") -> TpuGeneration:
+def generation(name: str, key: str = "generation") -> TpuGeneration:
     """Look a generation up by name; unknown names are a ConfigError listing the known ones."""
     try:
         return GENERATIONS[name]
@@ -186,14 +186,19 @@ def topology_chips(topology: str) -> int:
     return math.prod(int(d) for d in topology.split("x"))
 
 
-def slice_shape(generation_name: str, topology: str, key: str = "tpu:topology") -> SliceShape:
+def slice_shape(
+    generation_name: str,
+    topology: str,
+    key: str = "topology",
+    generation_key: str = "generation",
+) -> SliceShape:
     """Derive a slice's machine type, host count and chips per host.
 
     >>> s = slice_shape("v6e", "4x4")
     >>> (s.machine_type, s.hosts, s.chips_per_host)
     ('ct6e-standard-4t', 4, 4)
     """
-    gen = generation(generation_name)
+    gen = generation(generation_name, key=generation_key)
     if topology not in gen.topologies:
         raise ConfigError(
             key,

@@ -56,7 +56,7 @@ class TpuSliceNodePool(pulumi.ComponentResource):
     workload_policy: Optional[gcp.compute.ResourcePolicy]
 
     def __init__(self, name: str, args: TpuSliceNodePoolArgs, opts: Optional[pulumi.ResourceOptions] = None):
-        self.shape = slice_shape(args.generation, args.topology, key=f"{name}.topology")
+        self.shape = slice_shape(args.generation, args.topology, key=f"{name}.topology", generation_key=f"{name}.generation")
         if args.spot and args.reservation:
             raise ConfigError(f"{name}.reservation", args.reservation, "unset when spot is true")
         if args.dcn_networks and not self.shape.generation.supports_dranet:

@@ -2,7 +2,7 @@
 
 Core kinds are checked with ``kubernetes-validate`` (the API server's OpenAPI
 schemas, strict: unknown fields fail); the RayCluster against the KubeRay CRD's
-``openAPIV3Schema`` vendored in ``schemas/kuberay``, which is what the API
+``openAPIV3Schema`` vendored in ``components/schemas/kuberay``, which is what the API
 server enforces for the custom resource.
 """
 
@@ -17,7 +17,7 @@ import yaml
 
 KUBERNETES_VERSION = "1.35.0"
 """Schemas of the GKE minor the stack pins (1.35)."""
-RAYCLUSTER_CRD = Path(__file__).resolve().parent.parent / "schemas" / "kuberay" / "ray.io_rayclusters.yaml"
+RAYCLUSTER_CRD = Path(__file__).resolve().parent / "schemas" / "kuberay" / "ray.io_rayclusters.yaml"
 
 
 @lru_cache(maxsize=None)
