@@ -143,6 +143,7 @@ def run_offline(
     preview: bool = True,
     program: Path = PROGRAM,
     run: Optional[OfflineRun] = None,
+    project: str = PROJECT,
 ) -> OfflineRun:
     """Run ``program`` against the mock engine with ``config``; return what it registered and exported.
 
@@ -151,12 +152,14 @@ def run_offline(
     pass ``run`` to see what had been registered by then.
     """
     run = run if run is not None else OfflineRun()
-    return contextvars.Context().run(_run_in_fresh_context, dict(config), stack, preview, program, run)
+    return contextvars.Context().run(_run_in_fresh_context, dict(config), stack, preview, program, run, project)
 
 
-def _run_in_fresh_context(config: dict, stack: str, preview: bool, program: Path, run: OfflineRun) -> OfflineRun:
+def _run_in_fresh_context(
+    config: dict, stack: str, preview: bool, program: Path, run: OfflineRun, project: str
+) -> OfflineRun:
     mocks = _StackMocks(run)
-    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=preview, monitor=_RecordingMonitor(mocks))
+    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=preview, monitor=_RecordingMonitor(mocks))
     runtime_config.set_all_config(config)
     _sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
 

@@ -1,0 +1,56 @@
+"""The components used from other stacks: an example program, and an installed wheel."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+
+from components.offline import load_stack_file, run_offline
+from tests.conftest import REPO_ROOT
+
+EXAMPLE = REPO_ROOT / "examples" / "tpu-slices-on-existing-cluster"
+
+
+def test_example_adds_slices_to_a_cluster_it_does_not_own():
+    run = run_offline(load_stack_file(EXAMPLE / "Pulumi.example.yaml"), program=EXAMPLE / "__main__.py", project="tpu-slices-example")
+    assert run.of_type("gcp:container/cluster:Cluster") == []
+    pools = sorted(run.of_type("gcp:container/nodePool:NodePool"), key=lambda r: r.inputs["name"])
+    assert [(p.inputs["name"], p.inputs["cluster"], p.inputs["nodeCount"]) for p in pools] == [
+        ("v6e-16-0", "existing-gke-cluster", 4),
+        ("v6e-16-1", "existing-gke-cluster", 4),
+    ]
+    assert [n.inputs["mtu"] for n in run.of_type("gcp:compute/network:Network")] == [8896, 8896]
+    assert run.outputs == {
+        "poolNames": ["v6e-16-0", "v6e-16-1"],
+        "dcnNetworks": ["existing-gke-cluster-net-1", "existing-gke-cluster-net-2"],
+    }
+
+
+def test_wheel_ships_the_components_and_the_crd(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path), str(REPO_ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("gke_ray_tpu-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for expected in (
+        "components/__init__.py",
+        "components/dcn_networks.py",
+        "components/tpu_slice_node_pool.py",
+        "components/gcs_workload_identity.py",
+        "components/ray_tpu_cluster.py",
+        "components/schemas/kuberay/ray.io_rayclusters.yaml",
+    ):
+        assert expected in names
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target), str(wheel)], check=True)
+    code = (
+        "from components import DcnNetworks, TpuSliceNodePool, GcsWorkloadIdentity, RayTpuCluster;"
+        "import components.validation as v; print(v.RAYCLUSTER_CRD.is_file(), DcnNetworks.__module__)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target)}, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.split() == ["True", "components.dcn_networks"]
