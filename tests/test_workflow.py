@@ -133,9 +133,10 @@ def test_test_job_runs_pytest_on_python_312(workflow):
     assert workflow["env"]["PYTHON_VERSION"] == "3.12"
     (setup,) = steps_using(job, "actions/setup-python")
     assert setup["with"]["python-version"] == "${{ env.PYTHON_VERSION }}"
-    runs = "\n".join(s.get("run", "") for s in job["steps"])
-    assert "pip install -r requirements.txt" in runs
-    assert ".venv/bin/python -m pytest" in runs
+    assert [s["run"] for s in job["steps"] if "run" in s] == ["bash .ci/run"]
+    # .ci/run is the repository's one test command: bin/setup (.venv with both requirement files) + pytest.
+    ci_run = (ROOT / ".ci" / "run").read_text()
+    assert "bin/setup" in ci_run and ".venv/bin/python -m pytest" in ci_run
 
 
 def test_pr_job_previews_dev_and_prod_with_the_policy_pack(workflow):
@@ -207,12 +208,12 @@ def test_both_venvs_are_built_where_the_project_files_expect_them(workflow, job_
     policy_venv = policy_project["runtime"]["options"]["virtualenv"]
     assert f"python -m venv policy/{policy_venv}" in runs
     assert f"policy/{policy_venv}/bin/pip install -r policy/requirements.txt" in runs
-    program_project = ROOT / "Pulumi.yaml"
-    program_venv = ".venv"
-    if program_project.exists():
-        program_venv = yaml.safe_load(program_project.read_text())["runtime"]["options"]["virtualenv"]
-    assert f"python -m venv {program_venv}" in runs
-    assert f"{program_venv}/bin/pip install -r requirements.txt" in runs
+    # The program's venv: bin/setup builds .venv, the virtualenv Pulumi.yaml names.
+    assert "bash bin/setup" in runs.splitlines()
+    program_project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    assert program_project["runtime"]["options"]["virtualenv"] == ".venv"
+    setup = (ROOT / "bin" / "setup").read_text()
+    assert "-m venv .venv" in setup and "-r requirements.txt" in setup
 
 
 def test_pulumi_cli_version_matches_the_sdk_pin(workflow):
