@@ -501,3 +501,33 @@ def test_unknown_values_propagate_to_the_sdk_instead_of_passing_silently():
     assert len(run(P.tpu_node_pool_gvnic, P.NODE_POOL, proxied)) == 1
     proxied_ok = unknown_checking_proxy(service("LoadBalancer", selector={"app": "web"}, ports=[{"port": 443}]))
     assert run(P.ray_dashboard_not_exposed, P.K8S_SERVICE, proxied_ok) == []
+
+
+# ----------------------------------------------------------------------------- --policy-pack-config example
+
+
+def test_example_policy_pack_config_matches_the_schemas():
+    jsonschema = pytest.importorskip("jsonschema")
+    example = json.loads((ROOT / "policy" / "config.example.json").read_text())
+    by_name = {p.name: p for p in P.POLICIES}
+    assert set(example) <= set(by_name)
+    for name, settings in example.items():
+        properties = dict(by_name[name].config_schema.properties) if by_name[name].config_schema else {}
+        properties["enforcementLevel"] = {"enum": ["advisory", "mandatory", "remediate", "disabled"]}
+        schema = {"type": "object", "properties": properties, "additionalProperties": False}
+        jsonschema.validate(settings, schema)
+    # A misspelt key is caught by the same check.
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(
+            {"nonProdStack": ["dev"]},
+            {"type": "object", "properties": by_name["cluster-deletion-protection"].config_schema.properties,
+             "additionalProperties": False},
+        )
+
+
+def test_example_config_lets_personal_dev_stacks_drop_deletion_protection():
+    example = json.loads((ROOT / "policy" / "config.example.json").read_text())
+    assert P.evaluate(P.CLUSTER, cluster(False), urn(P.CLUSTER, "gke-cluster", "dev-alice"), config=example) == {}
+    assert list(P.evaluate(P.CLUSTER, cluster(False), urn(P.CLUSTER, "gke-cluster", "prod"), config=example)) == [
+        "cluster-deletion-protection"
+    ]
