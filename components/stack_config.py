@@ -64,6 +64,8 @@ KNOWN_KEYS = {
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _GKE_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)-gke\.(\d+)$")
+_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/-]*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
+_MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)+$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9]$")
 
 
@@ -162,9 +164,15 @@ class _Reader:
             raise ConfigError(_key(name), value, f"one of {', '.join(choices)}")
         return value
 
-    def dns_label(self, name: str, default: str) -> str:
+    def matching(self, name: str, default: Optional[str], pattern: re.Pattern, expected: str) -> Optional[str]:
         value = self.str(name, default)
-        if not _DNS_LABEL.match(value):
+        if value is not None and not pattern.match(value):
+            raise ConfigError(_key(name), value, expected)
+        return value
+
+    def dns_label(self, name: str, default: Optional[str]) -> Optional[str]:
+        value = self.str(name, default)
+        if value is not None and not _DNS_LABEL.match(value):
             raise ConfigError(
                 _key(name), value, "a lowercase DNS label (a-z, 0-9, '-', starting with a letter, at most 63 chars)"
             )
@@ -276,11 +284,11 @@ def parse_stack_config(raw: Mapping[str, str]) -> StackConfig:
         check_dranet_version(mode, version)
 
     spot = read.bool("spot", False)
-    reservation = read.str("reservation")
+    reservation = read.dns_label("reservation", None)
     if spot and reservation:
         raise ConfigError(_key("reservation"), reservation, "unset when spot is true: Spot VMs cannot consume a reservation")
 
-    existing = read.str("existingClusterName")
+    existing = read.dns_label("existingClusterName", None)
     return StackConfig(
         project=project,
         region=region,
@@ -291,8 +299,10 @@ def parse_stack_config(raw: Mapping[str, str]) -> StackConfig:
         release_channel=read.choice("releaseChannel", "RAPID", RELEASE_CHANNELS),
         deletion_protection=read.bool("deletionProtection", True),
         existing_cluster_name=existing,
-        existing_cluster_location=read.str("existingClusterLocation"),
-        cpu_machine_type=read.str("cpuMachineType", "n1-standard-16"),
+        existing_cluster_location=read.dns_label("existingClusterLocation", None),
+        cpu_machine_type=read.matching(
+            "cpuMachineType", "n1-standard-16", _MACHINE_TYPE, "a Compute Engine machine type such as n1-standard-16"
+        ),
         cpu_node_count=read.int("cpuNodeCount", 3, minimum=1, maximum=1000),
         enable_multi_networking=read.bool("enableMultiNetworking", False),
         dcn_cidrs=cidrs,
@@ -306,7 +316,9 @@ def parse_stack_config(raw: Mapping[str, str]) -> StackConfig:
         namespace=read.dns_label("namespace", "default"),
         ksa_name=read.dns_label("ksaName", "ray-tpu-ksa"),
         ray_cluster_name=read.dns_label("rayClusterName", "maxtext-tpu-cluster"),
-        ray_image=read.str("rayImage", DEFAULT_RAY_IMAGE),
+        ray_image=read.matching(
+            "rayImage", DEFAULT_RAY_IMAGE, _IMAGE, "an image reference such as rayproject/ray:2.55.0-py312-tpu"
+        ),
         megascale_port=read.int("megascalePort", 9915, minimum=1024, maximum=65535),
         project_number=_project_number(read.str("projectNumber")),
     )
