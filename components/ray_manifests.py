@@ -65,6 +65,14 @@ class RayClusterSpec:
         return f"{self.name}-head-svc"
 
 
+def image_pull_policy(image: str) -> str:
+    """Moving tags must be pulled every time, or head and workers can run different Ray builds."""
+    if "@sha256:" in image:
+        return "IfNotPresent"
+    tag = image.rsplit("/", 1)[-1].partition(":")[2]
+    return "Always" if not tag or tag == "latest" or tag.startswith("nightly") else "IfNotPresent"
+
+
 def interface_prefixes(dcn_interfaces: int) -> str:
     """DRANET hands the pod eth1..ethN; megascale must also keep loopback."""
     return ",".join([f"eth{i}" for i in range(1, dcn_interfaces + 1)] + ["lo"])
@@ -186,7 +194,7 @@ def ray_cluster(spec: RayClusterSpec) -> dict:
     worker_container: dict = {
         "name": "ray-worker",
         "image": spec.image,
-        "imagePullPolicy": "IfNotPresent",
+        "imagePullPolicy": image_pull_policy(spec.image),
         "resources": {
             "limits": {"memory": spec.worker_memory, "google.com/tpu": tpu},
             "requests": {"cpu": spec.worker_cpu, "memory": spec.worker_memory, "google.com/tpu": tpu},
@@ -223,7 +231,7 @@ def ray_cluster(spec: RayClusterSpec) -> dict:
                             {
                                 "name": "ray-head",
                                 "image": spec.image,
-                                "imagePullPolicy": "IfNotPresent",
+                                "imagePullPolicy": image_pull_policy(spec.image),
                                 "ports": [
                                     {"containerPort": 6379, "name": "gcs-server"},
                                     {"containerPort": DASHBOARD_PORT, "name": "dashboard"},

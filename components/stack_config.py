@@ -30,8 +30,10 @@ TUTORIAL_DCN_CIDRS = ("10.50.0.0/16", "10.60.0.0/16")
 RELEASE_CHANNELS = ("UNSPECIFIED", "RAPID", "REGULAR", "STABLE", "EXTENDED")
 CLUSTER_MODES = ("standard", "autopilot")
 BUCKET_DELETION_POLICIES = ("retain", "delete-empty", "force")
-# The tutorial's Ray image is a nightly tag; a stack pins a release instead.
-DEFAULT_RAY_IMAGE = "rayproject/ray:2.55.0-py312-tpu"
+# The tutorial's image: the only TPU Ray image this stack is known to work with.
+# It is a moving tag (pulled on every start); production stacks should set
+# rayImage to a release or digest they have tested.
+DEFAULT_RAY_IMAGE = "rayproject/ray:nightly-py312-tpu"
 
 # Keys this program reads, with what each accepts. Used to reject typos.
 KNOWN_KEYS = {
@@ -317,7 +319,7 @@ def parse_stack_config(raw: Mapping[str, str]) -> StackConfig:
         ksa_name=read.dns_label("ksaName", "ray-tpu-ksa"),
         ray_cluster_name=read.dns_label("rayClusterName", "maxtext-tpu-cluster"),
         ray_image=read.matching(
-            "rayImage", DEFAULT_RAY_IMAGE, _IMAGE, "an image reference such as rayproject/ray:2.55.0-py312-tpu"
+            "rayImage", DEFAULT_RAY_IMAGE, _IMAGE, "an image reference such as rayproject/ray:nightly-py312-tpu"
         ),
         megascale_port=read.int("megascalePort", 9915, minimum=1024, maximum=65535),
         project_number=_project_number(read.str("projectNumber")),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import yaml
 
@@ -231,10 +229,6 @@ def test_ray_cluster_equals_the_tutorial_manifest_except_documented_changes(ray_
     group = ours["spec"]["workerGroupSpecs"][0]
     group.pop("minReplicas"), group.pop("maxReplicas")
     group["template"]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "two-netdev"
-    for pod in (ours["spec"]["headGroupSpec"]["template"]["spec"], group["template"]["spec"]):
-        for container in pod["containers"]:
-            assert container["image"] == os.environ.get("EXPECTED_RAY_IMAGE", "rayproject/ray:2.55.0-py312-tpu")
-            container["image"], container["imagePullPolicy"] = "rayproject/ray:nightly-py312-tpu", "Always"
     assert ours == tutorial
 
 

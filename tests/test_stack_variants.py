@@ -178,3 +178,11 @@ def test_spot_and_reservation_together_are_rejected(dev_config):
     with pytest.raises(ConfigError, match=r"reservation='r1': expected unset when spot is true"):
         run_offline({**dev_config, "gke-ray-tpu:spot": "true", "gke-ray-tpu:reservation": "r1"}, run=run)
     assert run.resources == []
+
+
+def test_pinned_image_is_not_re_pulled_but_moving_tags_are(run_stack, dev_run):
+    _, container, _ = worker(dev_run)
+    assert (container["image"], container["imagePullPolicy"]) == ("rayproject/ray:nightly-py312-tpu", "Always")
+    pinned = "us-docker.pkg.dev/my-tpu-project/ray/ray-maxtext:2.55.0-py312"
+    _, container, _ = worker(run_stack(rayImage=pinned))
+    assert (container["image"], container["imagePullPolicy"]) == (pinned, "IfNotPresent")
