@@ -53,6 +53,7 @@ if not cfg.autopilot:
             TpuSliceNodePoolArgs(
                 cluster=cluster.name,
                 zone=cfg.zone,
+                cluster_location=cfg.cluster_location,
                 generation=cfg.shape.generation.name,
                 topology=cfg.shape.topology,
                 slice_index=index,

@@ -25,6 +25,8 @@ class TpuSliceNodePoolArgs:
     """Name (or ID) of the cluster the pool joins; any Standard cluster works."""
     zone: str
     """The single zone of the slice (COMPACT placement needs one zone)."""
+    cluster_location: Optional[str] = None
+    """Location of the cluster: its region for a regional cluster; default: ``zone`` (zonal cluster)."""
     generation: str = "v6e"
     """TPU generation from :mod:`components.tpu_catalogue`; default v6e (Trillium)."""
     topology: str = "4x4"
@@ -112,7 +114,7 @@ class TpuSliceNodePool(pulumi.ComponentResource):
             name=pool_name,
             project=args.project,
             cluster=args.cluster,
-            location=args.zone,
+            location=args.cluster_location or args.zone,
             node_locations=[args.zone],
             # node_count, not initial_node_count: changing the latter replaces the pool (pulumi-gcp#412).
             node_count=self.shape.hosts,

@@ -112,6 +112,12 @@ def test_reservation_is_consumed_specifically(run_stack):
         }
 
 
+def test_slices_join_a_regional_existing_cluster_in_one_zone(run_stack):
+    run = run_stack(existingClusterName="regional-gke", existingClusterLocation="us-east5")
+    for pool in tpu_pools(run):
+        assert (pool.inputs["location"], pool.inputs["nodeLocations"]) == ("us-east5", ["us-east5-b"])
+
+
 def test_existing_cluster_is_looked_up_not_created(run_stack):
     run = run_stack(existingClusterName="shared-gke", existingClusterLocation="us-east5-b")
     assert run.of_type(CLUSTER) == []
