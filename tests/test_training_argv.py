@@ -1,0 +1,179 @@
+"""Presets + stack outputs -> the trainer's argv -> Ray Train's configs, without a cluster."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from components.errors import ConfigError
+from training import stack_outputs, submit, trainer
+from training.job import DEFAULT_CONFIG, JobSpec, maxtext_argv, parse_overrides
+from training.presets import PRESETS, get_preset
+
+# The MaxText part of the tutorial's `ray job submit ... -- python maxtext_multi_slice_trainer.py`
+# commands, verbatim (after base.yml).
+TUTORIAL_8B = (
+    "base_output_directory=/data/ dataset_type=synthetic per_device_batch_size=4 max_target_length=4096 "
+    "model_name=llama3-8b steps=100 ici_fsdp_parallelism=4 ici_tensor_parallelism=4 run_name=rayjob-multi-slice"
+).split()
+TUTORIAL_70B = (
+    "base_output_directory=/data/ dataset_type=synthetic per_device_batch_size=2 max_target_length=4096 "
+    "model_name=llama3-70b steps=100 ici_tensor_parallelism=4 ici_fsdp_parallelism=4 dcn_fsdp_parallelism=2 "
+    "dcn_data_parallelism=1 remat_policy=full run_name=rayjob-multi-slice-70b-fsdp"
+).split()
+TUTORIAL_ELASTIC_8B = [*TUTORIAL_8B[:-1], "run_name=rayjob-elastic-8b"]
+
+
+@pytest.fixture(scope="module")
+def dev_outputs_file(dev_run, tmp_path_factory):
+    """What `pulumi stack output --json` prints for the dev stack (the program run offline)."""
+    path = tmp_path_factory.mktemp("outputs") / "dev.json"
+    path.write_text(json.dumps(dev_run.outputs))
+    return path
+
+
+def plan(dev_outputs_file, *argv: str) -> submit.Plan:
+    args = submit._parser().parse_args(["--outputs-file", str(dev_outputs_file), *argv])
+    return submit.plan_cluster(args, stack_outputs.load_file(args.outputs_file))
+
+
+@pytest.mark.parametrize(
+    "preset, tutorial",
+    [("llama3-8b", TUTORIAL_8B), ("llama3-70b", TUTORIAL_70B), ("llama3-8b-elastic", TUTORIAL_ELASTIC_8B)],
+)
+def test_presets_render_the_tutorial_argv(preset, tutorial):
+    assert maxtext_argv(get_preset(preset), "/data/") == [DEFAULT_CONFIG, *tutorial]
+
+
+def test_70b_on_the_dev_stack_is_the_tutorial_command(dev_outputs_file):
+    p = plan(dev_outputs_file, "--preset", "llama3-70b", "run_name=rayjob-multi-slice-70b-fsdp")
+    assert shlex.split(p.entrypoint) == [
+        "python", "-m", "training.trainer",
+        "--backend", "tpu", "--slices", "2", "--generation", "v6e", "--topology", "4x4",
+        DEFAULT_CONFIG, *TUTORIAL_70B,
+    ]
+    assert p.runtime_env["working_dir"] == str(submit.REPO_ROOT)
+    assert {".venv", ".git", "local-runs"} <= set(p.runtime_env["excludes"])
+    assert p.checkpoints == "gs://my-tpu-project-maxtext-checkpoints/rayjob-multi-slice-70b-fsdp/checkpoints"
+
+
+def test_the_trainer_turns_that_command_into_the_tutorial_scaling_config(dev_outputs_file):
+    p = plan(dev_outputs_file, "--preset", "llama3-70b", "run_name=r1")
+    spec = JobSpec.from_argv(shlex.split(p.entrypoint)[3:])
+    assert spec == p.spec
+    s = trainer.scaling_config(spec)
+    assert (s.use_tpu, s.num_workers, s.topology, s.accelerator_type) == (True, 8, "4x4", "TPU-V6E")
+    assert (s.resources_per_worker, s.placement_strategy) == ({"TPU": 4}, "SPREAD")
+    r = trainer.run_config(spec)
+    assert (r.name, r.failure_config.max_failures) == ("r1", 0)
+    assert r.worker_runtime_env == {
+        "uv": {"packages": ["maxtext[tpu]==0.2.5"], "uv_pip_install_options": ["--resolution=lowest"]}
+    }
+
+
+def test_elastic_preset_spans_whole_slices_with_three_retries(dev_outputs_file):
+    spec = plan(dev_outputs_file, "--preset", "llama3-8b-elastic").spec
+    assert (spec.min_slices, spec.slices) == (1, 2)
+    assert trainer.scaling_config(spec).num_workers == (4, 8)
+    assert trainer.run_config(spec).failure_config.max_failures == 3
+    assert "--min-slices 1" in " ".join(spec.to_argv())
+
+
+def test_elastic_flag_and_min_slices_on_a_static_preset(dev_outputs_file):
+    assert plan(dev_outputs_file, "--preset", "llama3-8b", "--elastic").spec.min_slices == 1
+    spec = plan(dev_outputs_file, "--preset", "llama3-8b", "--min-slices", "2", "--max-failures", "5").spec
+    assert (spec.min_slices, spec.failures_allowed) == (2, 5)
+    assert trainer.scaling_config(spec).num_workers == (8, 8)
+
+
+def test_unique_run_name_and_its_submission_id(dev_outputs_file):
+    spec = plan(dev_outputs_file, "--preset", "llama3-8b").spec
+    assert spec.run_name.startswith("rayjob-multi-slice-2") and len(spec.run_name) == len("rayjob-multi-slice-") + 15
+    assert submit.submission_id_for(spec.run_name) == f"maxtext-{spec.run_name}"
+    assert submit.submission_id_for("a b/c") == "maxtext-a-b-c"
+
+
+def test_overrides_replace_in_place_and_new_keys_go_before_run_name(dev_outputs_file):
+    argv = plan(dev_outputs_file, "--preset", "llama3-8b", "steps=20", "checkpoint_period=5", "run_name=mine").spec.maxtext_argv
+    assert argv[argv.index("steps=20") - 1] == "model_name=llama3-8b"
+    assert argv[-2:] == ("checkpoint_period=5", "run_name=mine")
+    assert "steps=100" not in argv
+
+
+def test_parse_overrides_rejects_items_without_a_key():
+    assert parse_overrides(["a=1", "b=x=y", "c="]) == {"a": "1", "b": "x=y", "c": ""}
+    for bad in ("steps", "=5", "1x=2", "--steps=5"):
+        with pytest.raises(ConfigError, match="key=value"):
+            parse_overrides([bad])
+
+
+def test_unknown_preset_lists_the_known_ones():
+    with pytest.raises(ConfigError) as e:
+        get_preset("llama3-405b")
+    assert e.value.key == "--preset" and e.value.expected == f"one of {', '.join(PRESETS)}"
+
+
+def test_mismatch_on_the_dev_stack_names_the_keys(dev_outputs_file):
+    with pytest.raises(ConfigError) as e:
+        plan(dev_outputs_file, "--preset", "llama3-8b", "ici_tensor_parallelism=2")
+    assert e.value.key == "ici_fsdp_parallelism*ici_tensor_parallelism" and e.value.value == "4*2=8"
+    assert "16 chips of one v6e 4x4 slice" in e.value.expected
+
+
+def test_elastic_min_above_the_stack_slices(dev_outputs_file):
+    with pytest.raises(ConfigError) as e:
+        plan(dev_outputs_file, "--preset", "llama3-8b", "--min-slices", "3")
+    assert e.value.key == "--min-slices" and e.value.value == 3
+    with pytest.raises(ConfigError, match="at most the stack's numSlices"):
+        plan(dev_outputs_file, "--preset", "llama3-8b", "--slices", "3")
+
+
+def test_the_trainer_validates_a_hand_written_command_too():
+    base = ["--generation", "v6e", "--topology", "4x4", DEFAULT_CONFIG, "base_output_directory=/data/"]
+    with pytest.raises(ConfigError, match="run_name"):
+        JobSpec.from_argv(["--slices", "2", *base]).validate()
+    with pytest.raises(ConfigError, match="ending in .yml"):
+        JobSpec.from_argv(["--slices", "1", "--generation", "v6e", "--topology", "4x4", "base.yaml"]).validate()
+    with pytest.raises(ConfigError) as e:
+        JobSpec.from_argv(["--slices", "2", "--min-slices", "3", *base, "run_name=x"]).validate()
+    assert e.value.key == "--min-slices"
+    with pytest.raises(ConfigError, match="v6e topology"):
+        JobSpec.from_argv(["--slices", "1", "--generation", "v6e", "--topology", "3x3", DEFAULT_CONFIG,
+                           "base_output_directory=/d", "run_name=x"]).validate()
+    assert trainer.main(["--slices", "2", *base]) == 2
+
+
+def test_trainer_flag_errors_exit_2_naming_the_flag(capsys):
+    with pytest.raises(SystemExit) as e:
+        JobSpec.from_argv(["--slices", "two", DEFAULT_CONFIG])
+    assert e.value.code == 2
+    assert "argument --slices: invalid int value: 'two'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        JobSpec.from_argv(["--slices", "2", DEFAULT_CONFIG])  # tpu without --generation/--topology
+    assert "--backend tpu needs --generation and --topology" in capsys.readouterr().err
+
+
+def test_cpu_backend_validates_mesh_as_one_slice_of_workers():
+    spec = JobSpec("cpu", (DEFAULT_CONFIG, "base_output_directory=/o", "run_name=r"), slices=2)
+    spec.validate()
+    assert trainer.scaling_config(spec).num_workers == 2
+    assert trainer.scaling_config(spec).resources_per_worker == {"CPU": 1}
+    assert trainer.run_config(spec).worker_runtime_env == {"env_vars": {"JAX_PLATFORMS": "cpu"}}
+    with pytest.raises(ConfigError, match="local run of 2 CPU workers"):
+        JobSpec("cpu", (DEFAULT_CONFIG, "base_output_directory=/o", "run_name=r", "ici_tensor_parallelism=4"),
+                slices=2).validate()
+
+
+def test_worker_argv_makes_an_existing_config_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "base.yml").write_text("steps: 1\n")
+    spec = JobSpec("cpu", ("base.yml", "base_output_directory=/o", "run_name=r"), slices=1)
+    assert trainer.worker_argv(spec) == [
+        "training.trainer", str(tmp_path / "base.yml"), "base_output_directory=/o", "run_name=r",
+        "skip_jax_distributed_system=true",
+    ]
+    # Not a file here: left for MaxText to resolve in its installed package.
+    tpu = JobSpec("tpu", (DEFAULT_CONFIG, "run_name=r"), slices=1, generation="v6e", topology="4x4")
+    assert trainer.worker_argv(tpu) == ["training.trainer", DEFAULT_CONFIG, "run_name=r"]

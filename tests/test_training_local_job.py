@@ -1,0 +1,102 @@
+"""The real thing on CPU: a local Ray head, the tiny MaxText job through the submit path.
+
+One Ray head for the session (started and stopped here), one real training job
+through ``python -m training.submit --local`` (with ``--address``: the head is
+this fixture's), then the assertions on what the job left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import socket
+
+import pytest
+import requests
+from ray.job_submission import JobStatus, JobSubmissionClient
+
+from training import port_forward, submit
+from training.local_ray import LocalRayHead
+from training.progress import Progress
+from training.testing import FakeCoreV1, pod
+
+RUN = "pytest-tiny"
+
+
+@pytest.fixture(scope="session")
+def ray_head(tmp_path_factory):
+    with LocalRayHead(num_cpus=2, log_path=tmp_path_factory.mktemp("ray") / "ray-head.log") as head:
+        yield head
+
+
+def _submit(*argv: str) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = submit.main(list(argv))
+    return rc, err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def local_job(ray_head, tmp_path_factory):
+    out = tmp_path_factory.mktemp("local-runs")
+    rc, err = _submit("--local", "--address", ray_head.address, "--output-dir", str(out), "--quiet", f"run_name={RUN}")
+    return rc, err, out
+
+
+def test_job_succeeds_and_the_loss_goes_down(ray_head, local_job):
+    rc, err, _ = local_job
+    assert rc == 0, err
+    client = JobSubmissionClient(ray_head.address)
+    sid = submit.submission_id_for(RUN)
+    assert client.get_job_status(sid) == JobStatus.SUCCEEDED
+    progress = Progress()
+    progress.feed(client.get_job_logs(sid))
+    progress.flush()
+    assert sorted(progress.steps) == list(range(10))
+    assert progress.last.loss < progress.first.loss - 0.5, (progress.first, progress.last)
+    # What the submit command showed while it streamed.
+    assert "[submit] step 1/10  loss " in err and "[submit] step 10/10  loss " in err
+    assert f"[submit] {sid} SUCCEEDED after " in err and "10 steps, loss " in err
+
+
+def test_orbax_checkpoints_where_maxtext_puts_them(local_job):
+    _, _, out = local_job
+    checkpoints = out / RUN / "checkpoints"
+    assert sorted(int(p.name) for p in checkpoints.iterdir()) == [0, 5, 9]  # checkpoint_period=5, + the last
+    last = checkpoints / "9"
+    for name in ("_CHECKPOINT_METADATA", "commit_success.txt", "items/_METADATA", "items/manifest.ocdbt"):
+        assert (last / name).is_file(), name
+    # Both workers wrote their shards: one JAX program over two processes.
+    assert sorted(p.name for p in (last / "items").glob("ocdbt.process_*")) == ["ocdbt.process_0", "ocdbt.process_1"]
+
+
+def test_the_same_run_again_follows_the_existing_job(ray_head, local_job):
+    _, _, out = local_job
+    client = JobSubmissionClient(ray_head.address)
+    jobs_before = len(client.list_jobs())
+    rc, err = _submit("--local", "--address", ray_head.address, "--output-dir", str(out), "--quiet", f"run_name={RUN}")
+    assert rc == 0, err
+    assert f"{submit.submission_id_for(RUN)} already exists (SUCCEEDED)" in err
+    assert len(client.list_jobs()) == jobs_before
+
+
+def test_port_forward_reaches_the_jobs_api(ray_head, monkeypatch):
+    """The cluster path's forward, with the API server replaced by a plain TCP connection."""
+    dashboard_port = int(ray_head.address.rsplit(":", 1)[1])
+
+    class Stream:
+        def __init__(self, *args, ports):
+            assert args[1:] == ("head-b", "default") and ports == "8265"
+            self.sock = socket.create_connection(("127.0.0.1", dashboard_port))
+
+        def socket(self, port):
+            return self.sock
+
+    monkeypatch.setattr("kubernetes.stream.portforward", Stream)
+    api = FakeCoreV1([pod("head-b")])
+    with port_forward.PortForward("default", "head-svc", 8265, api=api) as pf:
+        assert requests.get(f"{pf.url}/api/version", timeout=10).json()["ray_version"] == "2.60.0"
+        through_pf = submit.connect(pf.url, "test").list_jobs()
+        direct = JobSubmissionClient(ray_head.address).list_jobs()
+        assert sorted(j.submission_id for j in through_pf) == sorted(j.submission_id for j in direct)
+        assert pf.stream_error is None
