@@ -13,11 +13,14 @@ from components.dcn_networks import DcnNetworks, DcnNetworksArgs
 from components.gcs_workload_identity import GcsWorkloadIdentity, GcsWorkloadIdentityArgs
 from components.gke_cluster import GkeRayCluster, GkeRayClusterArgs
 from components.ray_manifests import DASHBOARD_PORT, DATA_MOUNT
+from components.preflight import check_planned_run
 from components.ray_tpu_cluster import RayTpuCluster, RayTpuClusterArgs
 from components.stack_config import parse_stack_config, raw_pulumi_config
 from components.tpu_slice_node_pool import TpuSliceNodePool, TpuSliceNodePoolArgs
 
 cfg = parse_stack_config(raw_pulumi_config())
+# Sharding, HBM and cost of the planned training run, before any TPU is paid for.
+check_planned_run(cfg, info=pulumi.log.info, warn=pulumi.log.warn)
 
 cluster = GkeRayCluster(
     "gke",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import logging
 import runpy
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,8 @@ class OfflineRun:
     resources: list[RegisteredResource] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
     invokes: list[str] = field(default_factory=list)
+    logs: list[tuple[str, str]] = field(default_factory=list)
+    """(level, message) of every ``pulumi.log`` call, as the CLI would print them."""
 
     def of_type(self, type_: str) -> list[RegisteredResource]:
         return [r for r in self.resources if r.type == type_]
@@ -155,13 +158,31 @@ def run_offline(
     return contextvars.Context().run(_run_in_fresh_context, dict(config), stack, preview, program, run, project)
 
 
+class _LogRecorder(logging.Handler):
+    def __init__(self, run: OfflineRun):
+        super().__init__(logging.DEBUG)
+        self.run = run
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.run.logs.append((record.levelname.lower(), record.getMessage()))
+
+
 def _run_in_fresh_context(
     config: dict, stack: str, preview: bool, program: Path, run: OfflineRun, project: str
 ) -> OfflineRun:
     mocks = _StackMocks(run)
-    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=preview, monitor=_RecordingMonitor(mocks))
+    logger = logging.getLogger(f"gke-ray-tpu.offline.{id(run)}")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(_LogRecorder(run))
+    pulumi.runtime.set_mocks(
+        mocks, project=project, stack=stack, preview=preview, monitor=_RecordingMonitor(mocks), logger=logger
+    )
     runtime_config.set_all_config(config)
-    _sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
+    try:
+        _sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
+    finally:
+        logger.handlers.clear()
 
     root = pulumi.runtime.get_root_resource()
     exported = dict(root.outputs)

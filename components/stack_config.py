@@ -62,6 +62,8 @@ KNOWN_KEYS = {
     "rayImage": "a container image",
     "megascalePort": "a TCP port",
     "projectNumber": "the numeric project number (skips the lookup)",
+    "plannedPreset": "the training preset `pulumi preview` checks against the slices",
+    "plannedOverrides": 'a JSON object of MaxText keys, e.g. {"per_device_batch_size": 2}',
 }
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -102,6 +104,9 @@ class StackConfig:
     ray_image: str
     megascale_port: int
     project_number: Optional[str]
+    planned_preset: Optional[str]
+    """Explicitly chosen preset: its sharding mismatches fail preview (else they only warn)."""
+    planned_overrides: dict[str, object]
 
     @property
     def autopilot(self) -> bool:
@@ -323,7 +328,22 @@ def parse_stack_config(raw: Mapping[str, str]) -> StackConfig:
         ),
         megascale_port=read.int("megascalePort", 9915, minimum=1024, maximum=65535),
         project_number=_project_number(read.str("projectNumber")),
+        planned_preset=read.str("plannedPreset"),
+        planned_overrides=_planned_overrides(read.str("plannedOverrides")),
     )
+
+
+def _planned_overrides(value: Optional[str]) -> dict[str, object]:
+    expected = 'a JSON object of MaxText keys, e.g. {"per_device_batch_size": 2}'
+    if value is None:
+        return {}
+    try:
+        overrides = json.loads(value)
+    except json.JSONDecodeError:
+        raise ConfigError(_key("plannedOverrides"), value, expected) from None
+    if not isinstance(overrides, dict) or not all(isinstance(v, (str, int, float)) for v in overrides.values()):
+        raise ConfigError(_key("plannedOverrides"), value, expected)
+    return overrides
 
 
 def _project_number(value: Optional[str]) -> Optional[str]:

@@ -367,7 +367,7 @@ def estimate_hbm(
     )
 
 
-_BASE_YML_DEFAULTS: dict[str, object] = {
+BASE_YML_DEFAULTS: dict[str, object] = {
     "per_device_batch_size": 12.0,
     "max_target_length": 2048,
     "remat_policy": "full",
@@ -400,7 +400,7 @@ def estimate_hbm_from_config(
     for key, default in _MUST_STAY_DEFAULT.items():
         if key in config and config[key] != default:
             raise ConfigError(key, config[key], f"{default!r}: the HBM planner does not model it")
-    values = {**_BASE_YML_DEFAULTS, **{k: config[k] for k in _BASE_YML_DEFAULTS if k in config}}
+    values = {**BASE_YML_DEFAULTS, **{k: config[k] for k in BASE_YML_DEFAULTS if k in config}}
     return estimate_hbm(
         config["model_name"],  # type: ignore[arg-type]
         shape,

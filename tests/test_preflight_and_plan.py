@@ -1,0 +1,91 @@
+"""The planned run is checked at `pulumi preview` and by the offline plan, before any TPU exists."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from components import plan
+from components.errors import ConfigError
+from components.offline import OfflineRun, run_offline
+from components.preflight import maxtext_values, planned_run, preflight
+from components.stack_config import parse_stack_config
+
+
+def test_preview_reports_the_default_run_fits_and_its_cost(dev_run):
+    (info,) = [m for level, m in dev_run.logs if level == "info" and "HBM per chip" in m]
+    assert "Sharding over 2 slice(s): OK" in info
+    assert "total                              23.22 GiB" in info
+    assert "verdict: fits (margin +5.58 GiB)" in info
+    assert "$86.40/hour" in info and "run (ESTIMATE): 100 steps x 1.914 s" in info
+    assert not [m for level, m in dev_run.logs if level == "warning"]
+
+
+def test_preview_warns_when_the_planned_70b_run_exceeds_hbm(run_stack):
+    run = run_stack(plannedPreset="llama3-70b")
+    warnings = [m for level, m in run.logs if level == "warning"]
+    assert warnings == [
+        "estimated 48.73 GiB per chip exceeds the usable 28.80 GiB of a v6e chip: expect out-of-memory at compile time"
+    ]
+    assert run.resources  # an estimate warns; it does not block
+
+
+def test_preview_fails_on_an_explicit_planned_run_that_cannot_shard(dev_config):
+    config = {
+        **dev_config,
+        "gke-ray-tpu:plannedPreset": "llama3-8b",
+        "gke-ray-tpu:plannedOverrides": json.dumps({"ici_tensor_parallelism": 2}),
+    }
+    run = OfflineRun()
+    with pytest.raises(ConfigError, match=r"ici_\*_parallelism='fsdp=4 x tensor=2': expected axes whose product is 16"):
+        run_offline(config, run=run)
+    assert run.resources == []
+
+
+def test_default_planned_run_on_another_shape_only_warns(run_stack):
+    run = run_stack(tpuTopology="8x8")  # 64 chips per slice: the 8B preset's 4 x 4 does not cover it
+    warnings = [m for level, m in run.logs if level == "warning"]
+    assert len(warnings) == 1 and "product is 64 (chips per slice); got 16" in warnings[0]
+    assert run.resources
+
+
+def test_elastic_preset_must_shard_on_every_slice_count(dev_config):
+    cfg = parse_stack_config(dev_config)
+    maxtext, elastic = planned_run("llama3-8b-elastic", {})
+    assert elastic
+    assert preflight(cfg, maxtext, elastic=True).slice_counts == (2, 1)
+    assert preflight(cfg, maxtext, elastic=True).ok
+    # Pinning FSDP over DCN to 2 slices cannot survive losing one.
+    report = preflight(cfg, {**maxtext, "dcn_fsdp_parallelism": 2, "dcn_data_parallelism": 1}, elastic=True)
+    assert [str(e) for e in report.errors] == [
+        "invalid config dcn_*_parallelism='fsdp=2': expected axes whose product is 1 (number of slices); got 2"
+    ]
+
+
+def test_maxtext_values_are_typed_like_maxtext_parses_them():
+    assert maxtext_values({"steps": "100", "learning_rate": "1e-3", "model_name": "llama3-8b"}) == {
+        "steps": 100,
+        "learning_rate": 0.001,
+        "model_name": "llama3-8b",
+    }
+
+
+def test_plan_prints_resources_manifests_and_verdict(capsys):
+    assert plan.main(["--stack", "dev"]) == 0
+    out = capsys.readouterr().out
+    assert "Resources of gke-ray-tpu/dev (pulumi up would create): 16 resources in 6 components" in out
+    assert "gcp:container/nodePool:NodePool  slice-1-pool  (name=v6e-16-1  location=us-east5-b  machineType=ct6e-standard-4t  nodeCount=4)" in out
+    assert "[kept on destroy]" in out
+    assert "kind: RayCluster" in out and "numOfHosts: 4" in out and "count: 2" in out
+    assert '"rayHeadService": "maxtext-tpu-cluster-head-svc"' in out
+    assert "verdict: fits (margin +5.58 GiB)" in out
+
+
+def test_plan_exit_codes(capsys):
+    assert plan.main(["--section", "training", "ici_tensor_parallelism=2"]) == 1
+    assert "MISMATCH" in capsys.readouterr().out
+    assert plan.main(["--preset", "llama3-405b"]) == 2
+    assert "invalid config --preset='llama3-405b': expected one of llama3-8b" in capsys.readouterr().err
+    assert plan.main(["--stack", "nosuch"]) == 2
+    assert "no stack file" in capsys.readouterr().err
