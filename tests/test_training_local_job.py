@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import select
+import signal
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 import requests
@@ -100,3 +105,24 @@ def test_port_forward_reaches_the_jobs_api(ray_head, monkeypatch):
         direct = JobSubmissionClient(ray_head.address).list_jobs()
         assert sorted(j.submission_id for j in through_pf) == sorted(j.submission_id for j in direct)
         assert pf.stream_error is None
+
+
+def test_ctrl_c_stops_the_job(ray_head, tmp_path):
+    run = "pytest-interrupt"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "training.submit", "--local", "--address", ray_head.address,
+         "--output-dir", str(tmp_path), "--quiet", f"run_name={run}"],
+        cwd=submit.REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    err = ""
+    deadline = time.monotonic() + 120
+    while "[submit] submitted" not in err and time.monotonic() < deadline:
+        if select.select([proc.stderr], [], [], 1)[0]:
+            err += proc.stderr.readline()
+    assert "[submit] submitted" in err, err
+    proc.send_signal(signal.SIGINT)
+    rest = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130, err + rest
+    assert f"[submit] interrupted: stopping {submit.submission_id_for(run)}" in rest and "Traceback" not in rest
+    status = JobSubmissionClient(ray_head.address).get_job_status(submit.submission_id_for(run))
+    assert status == JobStatus.STOPPED

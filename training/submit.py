@@ -26,6 +26,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from components.errors import ConfigError
 from training import stack_outputs
@@ -107,7 +108,7 @@ def plan_local(args: argparse.Namespace) -> Plan:
         backend="cpu",
         maxtext_argv=tuple(maxtext_argv(preset, str(out_dir), overrides, args.config)),
         slices=args.slices or LOCAL_WORKERS,
-        min_slices=args.min_slices,
+        min_slices=args.min_slices or (1 if args.elastic else None),
         max_failures=args.max_failures,
         storage_path=str(out_dir / "ray-train"),
     )
@@ -125,7 +126,7 @@ def _entrypoint(python: str, spec: JobSpec) -> str:
     return f"{python} -m training.trainer {shlex.join(spec.to_argv())}"
 
 
-def _runtime_env(extra_excludes: list[str] = ()) -> dict:
+def _runtime_env(extra_excludes: Sequence[str] = ()) -> dict:
     return {
         "working_dir": str(REPO_ROOT),
         "excludes": [*EXCLUDES, *extra_excludes],
@@ -238,7 +239,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=DEFAULT_CONFIG,
                    help=f"MaxText YAML (default {DEFAULT_CONFIG}: the repo's if present, else the installed MaxText's)")
     p.add_argument("--elastic", action="store_true",
-                   help="elastic run between the stack's elasticMinSlices and numSlices")
+                   help="elastic run between the stack's elasticMinSlices and numSlices (--local: 1 and --slices)")
     p.add_argument("--slices", type=int, help="slices to train on (--local: CPU workers, default 2)")
     p.add_argument("--min-slices", type=int, help="elastic lower bound (implies --elastic)")
     p.add_argument("--max-failures", type=int, help="worker-group restarts (default 3 elastic, 0 static)")
