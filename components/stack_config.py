@@ -328,9 +328,17 @@ def parse_stack_config(raw: Mapping[str, str]) -> StackConfig:
         ),
         megascale_port=read.int("megascalePort", 9915, minimum=1024, maximum=65535),
         project_number=_project_number(read.str("projectNumber")),
-        planned_preset=read.str("plannedPreset"),
+        planned_preset=_planned_preset(read.str("plannedPreset")),
         planned_overrides=_planned_overrides(read.str("plannedOverrides")),
     )
+
+
+def _planned_preset(name: Optional[str]) -> Optional[str]:
+    if name is not None:
+        from training.presets import get_preset
+
+        get_preset(name, key=_key("plannedPreset"))
+    return name
 
 
 def _planned_overrides(value: Optional[str]) -> dict[str, object]:

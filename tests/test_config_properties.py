@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from components.errors import ConfigError
 from components.offline import OfflineRun, run_offline
+from components.preflight import check_planned_run
 from components.stack_config import KNOWN_KEYS, NAMESPACE, StackConfig, parse_stack_config
 
 KEYS = [f"{NAMESPACE}:{k}" for k in KNOWN_KEYS] + ["gcp:project", "gcp:region", "gcp:zone", f"{NAMESPACE}:typo"]
@@ -24,6 +25,8 @@ values = st.one_of(
     st.sampled_from(["true", "false", "standard", "autopilot", "v4", "v5e", "v5p", "v6e", "tpu7x", "2x2x2", "4x4", "8x8"]),
     st.sampled_from(["retain", "force", "RAPID", "UNSPECIFIED", "1.34.1-gke.1829001", "1.35.2-gke.1842000", "1.30.0-gke.1"]),
     st.lists(st.sampled_from(["10.50.0.0/16", "10.60.0.0/16", "10.50.1.0/24", "192.168.0.0/30", "bad", "0.0.0.0/0"]), max_size=3).map(json.dumps),
+    st.sampled_from(["llama3-8b", "llama3-70b", "llama3-8b-elastic", "tiny-cpu"]),
+    st.sampled_from(['{"ici_tensor_parallelism": 2}', '{"steps": 5}', '{"dcn_fsdp_parallelism": 2}', "[1]", "{"]),
     st.just(""),
 )
 mutations = st.dictionaries(st.sampled_from(KEYS), st.one_of(values, st.none()), min_size=1, max_size=4)
@@ -61,7 +64,8 @@ def test_any_config_is_accepted_or_rejected_with_a_config_error(dev_config, chan
 def test_program_registers_nothing_for_rejected_config(dev_config, changes):
     config = mutate(dev_config, changes)
     try:
-        parse_stack_config(config)
+        # What __main__.py checks before registering anything: the config, then the planned run.
+        check_planned_run(parse_stack_config(config), info=lambda _: None, warn=lambda _: None)
         valid = True
     except ConfigError:
         valid = False
@@ -75,5 +79,5 @@ def test_program_registers_nothing_for_rejected_config(dev_config, changes):
         except ConfigError:
             pass
         else:
-            raise AssertionError("the program accepted a config the parser rejects")
+            raise AssertionError("the program accepted a config its own checks reject")
         assert run.resources == []

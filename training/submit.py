@@ -198,20 +198,26 @@ async def _follow(client, sid: str, progress: Progress, total_steps: int | None,
 
 
 def follow(client, sid: str, progress: Progress, total_steps: int | None, echo: bool, log) -> str:
-    """Stream the logs until the job ends; its final status. Ctrl-C stops the job."""
+    """Stream the logs until the job ends; its final status."""
     try:
         asyncio.run(_follow(client, sid, progress, total_steps, echo, log))
-    except KeyboardInterrupt:
-        log(f"interrupted: stopping {sid}")
-        client.stop_job(sid)
-        _wait_terminal(client, sid, timeout_s=60)
-        raise
     except RuntimeError as e:
         raise ClusterError(
             f"lost the log stream of {sid} ({str(e).splitlines()[0]}); the job keeps running: "
             "run the same command again to follow it"
         ) from None
     return _wait_terminal(client, sid, timeout_s=60)
+
+
+def stop_run(client, run_name: str, log) -> None:
+    """Ctrl-C: stop the run's job if it was submitted and is still going (its id is known up front)."""
+    sid = submission_id_for(run_name)
+    status = _job_status(client, sid)
+    if status is None or status in TERMINAL:
+        return
+    log(f"interrupted: stopping {sid}")
+    client.stop_job(sid)
+    _wait_terminal(client, sid, timeout_s=60)
 
 
 def _wait_terminal(client, sid: str, timeout_s: float) -> str:
@@ -277,10 +283,15 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         with job_client(args, outputs, plan, log) as client:
-            sid = submit_or_attach(client, plan, log)
-            progress = Progress()
-            total = int(plan.spec.overrides["steps"]) if "steps" in plan.spec.overrides else None
-            status = follow(client, sid, progress, total, not args.quiet, log)
+            # The interrupt may land anywhere from the submission on, even before follow() starts.
+            try:
+                sid = submit_or_attach(client, plan, log)
+                progress = Progress()
+                total = int(plan.spec.overrides["steps"]) if "steps" in plan.spec.overrides else None
+                status = follow(client, sid, progress, total, not args.quiet, log)
+            except KeyboardInterrupt:
+                stop_run(client, plan.spec.run_name, log)
+                raise
     except ClusterError as e:
         print(f"python -m training.submit: error: {e}", file=sys.stderr)
         return 3
