@@ -19,10 +19,10 @@ from components.planning import (
     estimate_cost,
     estimate_hbm_from_config,
     estimate_step_time,
-    resolve_mesh,
 )
 from components.planning.memory import BASE_YML_DEFAULTS
 from components.stack_config import StackConfig
+from training.parallelism import check_elastic
 
 
 @dataclass
@@ -57,12 +57,10 @@ def preflight(cfg: StackConfig, maxtext: Mapping[str, object], elastic: bool = F
     """
     low = cfg.elastic_min_slices if elastic else cfg.num_slices
     report = PreflightReport(slice_counts=tuple(range(cfg.num_slices, low - 1, -1)))
-    for slices in report.slice_counts:
-        try:
-            resolve_mesh(maxtext, cfg.shape.chips, slices)
-        except ConfigError as error:
-            report.errors.append(error)
-    if not report.ok:
+    try:
+        check_elastic(maxtext, cfg.shape.chips, low, cfg.num_slices, slice_name=f"{cfg.shape.pod_type} slice")
+    except ConfigError as error:
+        report.errors.append(error)
         return report
 
     try:

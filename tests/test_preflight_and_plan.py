@@ -38,7 +38,7 @@ def test_preview_fails_on_an_explicit_planned_run_that_cannot_shard(dev_config):
         "gke-ray-tpu:plannedOverrides": json.dumps({"ici_tensor_parallelism": 2}),
     }
     run = OfflineRun()
-    with pytest.raises(ConfigError, match=r"ici_\*_parallelism='fsdp=4 x tensor=2': expected axes whose product is 16"):
+    with pytest.raises(ConfigError, match=r"ici_fsdp_parallelism\*ici_tensor_parallelism='4\*2=8': expected a product of 16, the 16 chips of one v6e-16 slice"):
         run_offline(config, run=run)
     assert run.resources == []
 
@@ -46,7 +46,7 @@ def test_preview_fails_on_an_explicit_planned_run_that_cannot_shard(dev_config):
 def test_default_planned_run_on_another_shape_only_warns(run_stack):
     run = run_stack(tpuTopology="8x8")  # 64 chips per slice: the 8B preset's 4 x 4 does not cover it
     warnings = [m for level, m in run.logs if level == "warning"]
-    assert len(warnings) == 1 and "product is 64 (chips per slice); got 16" in warnings[0]
+    assert len(warnings) == 1 and "ici_fsdp_parallelism*ici_tensor_parallelism='4*4=16': expected a product of 64" in warnings[0]
     assert run.resources
 
 
@@ -59,7 +59,8 @@ def test_elastic_preset_must_shard_on_every_slice_count(dev_config):
     # Pinning FSDP over DCN to 2 slices cannot survive losing one.
     report = preflight(cfg, {**maxtext, "dcn_fsdp_parallelism": 2, "dcn_data_parallelism": 1}, elastic=True)
     assert [str(e) for e in report.errors] == [
-        "invalid config dcn_*_parallelism='fsdp=2': expected axes whose product is 1 (number of slices); got 2"
+        "invalid config dcn_fsdp_parallelism='2': expected a product of 1, "
+        "the number of slices when the elastic job runs on 1 of 1..2 (or one axis set to -1)"
     ]
 
 
