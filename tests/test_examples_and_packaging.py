@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -28,8 +29,15 @@ def test_example_adds_slices_to_a_cluster_it_does_not_own():
 
 
 def test_wheel_ships_the_components_and_the_crd(tmp_path):
+    # Build from a copy: setuptools' in-tree build/ directory would keep files deleted since.
+    source = tmp_path / "src"
+    shutil.copytree(
+        REPO_ROOT,
+        source,
+        ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", "local-runs", "__pycache__", "venv"),
+    )
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path), str(REPO_ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path), str(source)],
         check=True,
         capture_output=True,
     )

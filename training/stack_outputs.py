@@ -1,4 +1,4 @@
-"""The stack outputs the submit command reads (contract: STACK_OUTPUTS.md).
+"""The stack outputs the submit command reads (the contract is the README's "Stack outputs").
 
 Two sources: a JSON file (``pulumi stack output --json > outputs.json``, or
 ``-`` for stdin), or a stack selected through the Pulumi Automation API (which
@@ -66,7 +66,7 @@ def from_mapping(raw: object, source: str) -> StackOutputs:
     for key, (field, kind) in _FIELDS.items():
         if key not in raw:
             raise ConfigError(
-                f"{source}: {key}", None, f"a {kind.__name__} output, which the stack exports (see STACK_OUTPUTS.md)"
+                f"{source}: {key}", None, f"a {kind.__name__} output, which the stack exports (README: 'Stack outputs')"
             )
         value = raw[key]
         if not isinstance(value, kind) or isinstance(value, bool):
