@@ -192,3 +192,19 @@ def test_pinned_image_is_not_re_pulled_but_moving_tags_are(run_stack, dev_run):
     pinned = "us-docker.pkg.dev/my-tpu-project/ray/ray-maxtext:2.55.0-py312"
     _, container, _ = worker(run_stack(rayImage=pinned))
     assert (container["image"], container["imagePullPolicy"]) == (pinned, "IfNotPresent")
+
+
+def test_tpu7x_slices_are_placed_by_a_workload_policy(run_stack):
+    run = run_stack(tpuGeneration="tpu7x", tpuTopology="2x2x4")
+    policies = sorted(run.of_type("gcp:compute/resourcePolicy:ResourcePolicy"), key=lambda r: r.inputs["name"])
+    assert [(p.inputs["name"], p.inputs["region"], p.inputs["workloadPolicy"]) for p in policies] == [
+        ("v7x-32-0-policy", "us-east5", {"type": "HIGH_THROUGHPUT", "acceleratorTopology": "2x2x4"}),
+        ("v7x-32-1-policy", "us-east5", {"type": "HIGH_THROUGHPUT", "acceleratorTopology": "2x2x4"}),
+    ]
+    for pool, policy in zip(tpu_pools(run), policies):
+        assert pool.inputs["nodeConfig"]["machineType"] == "tpu7x-standard-4t"
+        assert pool.inputs["placementPolicy"] == {"type": "COMPACT", "policyName": policy.inputs["name"]}
+        assert "tpuTopology" not in pool.inputs["placementPolicy"]
+        assert policy.urn in pool.dependencies
+    _, _, env = worker(run)
+    assert env["LIBTPU_INIT_ARGS"].endswith("--megascale_grpc_interface_prefixes=eth1,eth2,lo")
