@@ -138,8 +138,8 @@ class _Reader:
         value = self._raw.get(_key(name))
         return default if value is None or value == "" else value
 
-    def required(self, name: str, full_key: Optional[str] = None) -> str:
-        key = full_key or _key(name)
+    def required(self, key: str) -> str:
+        """A key that must be set; ``key`` is the full key (``gcp:project``, ``gke-ray-tpu:bucketName``)."""
         value = self._raw.get(key)
         if not value:
             raise ConfigError(key, value, "a value (set it with `pulumi config set`)")
@@ -252,8 +252,8 @@ def parse_stack_config(raw: Mapping[str, str]) -> StackConfig:
         raise ConfigError(unknown[0], raw[unknown[0]], f"a known key: {', '.join(sorted(KNOWN_KEYS))}")
     read = _Reader(raw)
 
-    project = read.required("project", "gcp:project")
-    region = read.required("region", "gcp:region")
+    project = read.required("gcp:project")
+    region = read.required("gcp:region")
     zone = raw.get("gcp:zone") or f"{region}-b"
     if not zone.startswith(region + "-"):
         raise ConfigError("gcp:zone", zone, f"a zone of gcp:region {region} (like {region}-b)")
@@ -318,7 +318,7 @@ def parse_stack_config(raw: Mapping[str, str]) -> StackConfig:
         elastic_min_slices=elastic_min,
         spot=spot,
         reservation=reservation,
-        bucket_name=check_bucket_name(read.required("bucketName")),
+        bucket_name=check_bucket_name(read.required(_key("bucketName"))),
         bucket_deletion=read.choice("bucketDeletion", "retain", BUCKET_DELETION_POLICIES),
         namespace=read.dns_label("namespace", "default"),
         ksa_name=read.dns_label("ksaName", "ray-tpu-ksa"),
