@@ -162,6 +162,9 @@ BAD_CONFIG = [
     ("deletionProtection", "yes", r"deletionProtection='yes': expected true or false"),
     ("tpuTopolgy", "4x4", r"gke-ray-tpu:tpuTopolgy='4x4': expected a known key"),
     ("gcp:zone", "europe-west4-a", r"gcp:zone='europe-west4-a': expected a zone of gcp:region us-east5"),
+    ("gcp:project", None, r"gcp:project=None: expected a value"),
+    ("plannedOverrides", "[1]", r"plannedOverrides='\[1\]': expected a JSON object of MaxText keys"),
+    ("rayImage", "ray image", r"rayImage='ray image': expected an image reference"),
 ]
 
 
