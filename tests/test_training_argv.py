@@ -10,6 +10,7 @@ import pytest
 from components.errors import ConfigError
 from training import stack_outputs, submit, trainer
 from training.job import DEFAULT_CONFIG, JobSpec, maxtext_argv, parse_overrides
+from training.jobs import submission_id_for
 from training.presets import PRESETS, get_preset
 
 # The MaxText part of the tutorial's `ray job submit ... -- python maxtext_multi_slice_trainer.py`
@@ -23,7 +24,9 @@ TUTORIAL_70B = (
     "model_name=llama3-70b steps=100 ici_tensor_parallelism=4 ici_fsdp_parallelism=4 dcn_fsdp_parallelism=2 "
     "dcn_data_parallelism=1 remat_policy=full run_name=rayjob-multi-slice-70b-fsdp"
 ).split()
-TUTORIAL_ELASTIC_8B = [*TUTORIAL_8B[:-1], "run_name=rayjob-elastic-8b"]
+# The tutorial's elastic 8B run, plus a checkpoint every 25 steps: MaxText's default of 10000
+# would make a restart redo the whole run.
+TUTORIAL_ELASTIC_8B = [*TUTORIAL_8B[:-1], "checkpoint_period=25", "run_name=rayjob-elastic-8b"]
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +40,16 @@ def dev_outputs_file(dev_run, tmp_path_factory):
 def plan(dev_outputs_file, *argv: str) -> submit.Plan:
     args = submit._parser().parse_args(["--outputs-file", str(dev_outputs_file), *argv])
     return submit.plan_cluster(args, stack_outputs.load_file(args.outputs_file))
+
+
+@pytest.fixture(scope="module")
+def outputs_with(dev_run, tmp_path_factory):
+    """An outputs file of the dev stack with some outputs changed."""
+    def write(**changes) -> str:
+        path = tmp_path_factory.mktemp("outputs") / "changed.json"
+        path.write_text(json.dumps({**dev_run.outputs, **changes}))
+        return str(path)
+    return write
 
 
 @pytest.mark.parametrize(
@@ -82,17 +95,71 @@ def test_elastic_preset_spans_whole_slices_with_three_retries(dev_outputs_file):
 
 
 def test_elastic_flag_and_min_slices_on_a_static_preset(dev_outputs_file):
-    assert plan(dev_outputs_file, "--preset", "llama3-8b", "--elastic").spec.min_slices == 1
-    spec = plan(dev_outputs_file, "--preset", "llama3-8b", "--min-slices", "2", "--max-failures", "5").spec
-    assert (spec.min_slices, spec.failures_allowed) == (2, 5)
+    p = plan(dev_outputs_file, "--preset", "llama3-8b", "--elastic")
+    assert p.spec.min_slices == 1
+    # A run that may restart checkpoints every 25 steps unless told otherwise.
+    assert p.spec.overrides["checkpoint_period"] == "25" and p.notes[0].startswith("checkpoint_period=25: ")
+    spec = plan(dev_outputs_file, "--preset", "llama3-8b", "--min-slices", "2", "--max-failures", "5",
+                "checkpoint_period=7").spec
+    assert (spec.min_slices, spec.failures_allowed, spec.overrides["checkpoint_period"]) == (2, 5, "7")
     assert trainer.scaling_config(spec).num_workers == (8, 8)
+    # A static run keeps MaxText's default (no key at all), as in the tutorial.
+    assert "checkpoint_period" not in plan(dev_outputs_file, "--preset", "llama3-8b").spec.overrides
+
+
+def test_elastic_range_is_the_stacks_min_and_num_slices_in_hosts(outputs_with):
+    """num_workers=(elasticMinSlices*hostsPerSlice, numSlices*hostsPerSlice), read from the outputs."""
+    p = plan(outputs_with(numSlices=3, elasticMinSlices=2), "--preset", "llama3-8b-elastic")
+    assert (p.spec.min_slices, p.spec.slices) == (2, 3)
+    assert trainer.scaling_config(p.spec).num_workers == (8, 12)
+    assert "--slices 3 --min-slices 2" in p.entrypoint
+    assert plan(outputs_with(numSlices=3, elasticMinSlices=2), "--elastic").spec.worker_range() == (8, 12)
+    # --slices/--min-slices narrow the range; 0 is an error, not "the stack's value".
+    assert plan(outputs_with(numSlices=3), "--elastic", "--slices", "2").spec.worker_range() == (4, 8)
+    with pytest.raises(ConfigError, match="--slices=0: expected at least 1"):
+        plan(outputs_with(numSlices=3), "--slices", "0")
+    with pytest.raises(ConfigError, match="--min-slices=0: expected between 1 and --slices"):
+        plan(outputs_with(numSlices=3), "--min-slices", "0")
+
+
+def test_spot_stack_makes_a_static_run_restartable(outputs_with):
+    spot = outputs_with(spot=True)
+    p = plan(spot, "--preset", "llama3-8b")
+    assert (p.spec.elastic, p.spec.failures_allowed, p.spec.overrides["checkpoint_period"]) == (False, 3, "25")
+    assert "--max-failures 3" in p.entrypoint
+    assert p.notes[0].startswith("Spot slices: max_failures=3, so a reclaimed slice restarts the job")
+    assert trainer.run_config(p.spec).failure_config.max_failures == 3
+    # Asked to fail fast: no retries, no extra checkpoints.
+    p = plan(spot, "--preset", "llama3-8b", "--max-failures", "0")
+    assert (p.spec.failures_allowed, "checkpoint_period" in p.spec.overrides, p.notes) == (0, False, ())
+    # The elastic preset has its own period and the elastic default of 3.
+    p = plan(spot, "--preset", "llama3-8b-elastic")
+    assert (p.spec.failures_allowed, p.spec.overrides["checkpoint_period"], p.notes) == (3, "25", ())
+    # Not a Spot stack: a static run stays the tutorial's (max_failures=0).
+    assert plan(outputs_with(spot=False), "--preset", "llama3-8b").spec.failures_allowed == 0
 
 
 def test_unique_run_name_and_its_submission_id(dev_outputs_file):
     spec = plan(dev_outputs_file, "--preset", "llama3-8b").spec
     assert spec.run_name.startswith("rayjob-multi-slice-2") and len(spec.run_name) == len("rayjob-multi-slice-") + 15
-    assert submit.submission_id_for(spec.run_name) == f"maxtext-{spec.run_name}"
-    assert submit.submission_id_for("a b/c") == "maxtext-a-b-c"
+    assert submission_id_for(spec.run_name) == f"maxtext-{spec.run_name}"
+    assert submission_id_for(spec.run_name, attempt=3) == f"maxtext-{spec.run_name}-attempt-3"
+
+
+@pytest.mark.parametrize(
+    "item, key",
+    [("run_name=a b", "run_name"), ("run_name=a/b", "run_name"), ("run_name=../x", "run_name"),
+     ("run_name=" + "x" * 101, "run_name"), ("run_name=x-attempt-2", "run_name"), ("run_name=x\n", "run_name"),
+     ("steps=0", "steps"), ("steps=010", "steps"), ("steps=ten", "steps"), ("steps=1.5", "steps"), ("steps=\u00b2", "steps"),
+     ("checkpoint_period=-4", "checkpoint_period"), ("checkpoint_period=", "checkpoint_period")],
+)
+def test_run_name_steps_and_checkpoint_period_are_checked(dev_outputs_file, item, key):
+    """A run name is a directory and a job id (one run, one id); steps and the period are counts
+    (no leading zero: YAML would read 010 as octal 8)."""
+    with pytest.raises(ConfigError) as e:
+        plan(dev_outputs_file, item)
+    assert e.value.key == key
+    assert plan(dev_outputs_file, "run_name=My_run.v2-1", "steps=20").spec.run_name == "My_run.v2-1"
 
 
 def test_overrides_replace_in_place_and_new_keys_go_before_run_name(dev_outputs_file):

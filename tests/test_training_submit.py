@@ -1,18 +1,23 @@
-"""The submit command's edges: stack outputs, CLI errors, progress parsing, the port-forward."""
+"""The submit command's edges: stack outputs, CLI errors, retries, run attempts, progress, the port-forward."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shlex
 import socket
 import threading
 
+import aiohttp
 import pytest
+import requests
 
 from components.errors import ConfigError
-from training import port_forward, stack_outputs, submit
+from training import jobs, port_forward, retry, stack_outputs, submit
 from training.errors import ClusterError
-from training.progress import Progress, parse_line
-from training.testing import FakeCoreV1, pod
+from training.job import JobSpec
+from training.progress import Progress, WorkerGroup, parse_line
+from training.testing import FakeCoreV1, FakeJobsClient, pod
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +36,31 @@ def run_cli(capsys, *argv: str) -> tuple[int, str]:
     return rc, capsys.readouterr().err
 
 
+@pytest.fixture
+def delays(monkeypatch) -> list[float]:
+    """The backoff's sleeps, recorded instead of slept."""
+    slept: list[float] = []
+    monkeypatch.setattr(retry, "DEFAULT", retry.Backoff(sleep=slept.append))
+    return slept
+
+
+@pytest.fixture
+def fake_cluster(monkeypatch):
+    """submit.main talks to this FakeJobsClient instead of a cluster; returns a setter."""
+    holder = {}
+
+    @contextlib.contextmanager
+    def job_client(args, outputs, plan, log):
+        yield holder["client"]
+
+    monkeypatch.setattr(submit, "job_client", job_client)
+
+    def use(client: FakeJobsClient) -> FakeJobsClient:
+        holder["client"] = client
+        return client
+    return use
+
+
 MISSING = object()
 
 # --- stack outputs -------------------------------------------------------------------------
@@ -41,8 +71,8 @@ def test_dev_stack_outputs_load(tmp_path, dev_outputs):
     assert (out.namespace, out.ray_head_service, out.ray_dashboard_port) == (
         "default", "maxtext-tpu-cluster-head-svc", 8265,
     )
-    assert (out.checkpoint_dir, out.num_slices, out.elastic_min_slices) == ("/data", 2, 1)
-    assert out.shape().pod_type == "v6e-16"
+    assert (out.checkpoint_dir, out.num_slices, out.elastic_min_slices, out.spot) == ("/data", 2, 1, False)
+    assert (out.tpu_generation, out.topology, out.hosts_per_slice, out.chips_per_slice) == ("v6e", "4x4", 4, 16)
 
 
 def test_outputs_from_stdin(monkeypatch, dev_outputs):
@@ -60,8 +90,12 @@ def test_outputs_from_stdin(monkeypatch, dev_outputs):
         ({"numSlices": True}, "numSlices", "expected a int"),
         ({"hostsPerSlice": 2}, "hostsPerSlice", "4 for a v6e 4x4 slice"),
         ({"acceleratorType": "TPU-V5P"}, "acceleratorType", "'TPU-V6E' for a v6e 4x4 slice"),
-        ({"topology": "4x5"}, "stack output topology", "a v6e topology"),
+        ({"topology": "4x5"}, "outputs.json: topology", "a v6e topology"),
         ({"elasticMinSlices": 3}, "elasticMinSlices", "between 1 and numSlices (2)"),
+        ({"spot": "false"}, "spot", "expected a bool"),
+        ({"spot": MISSING}, "spot", "a bool output, which the stack exports"),
+        ({"checkpointDir": " "}, "checkpointDir", "a non-empty str"),
+        ({"rayDashboardPort": 0}, "rayDashboardPort", "a TCP port (1-65535)"),
     ],
 )
 def test_bad_outputs_name_the_output(tmp_path, dev_outputs, change, key, message):
@@ -103,6 +137,9 @@ def test_cli_errors_are_one_line_with_status_2(capsys, tmp_path, dev_outputs):
         ("--outputs-file", f, "steps"): "override='steps': expected MaxText key=value",
         ("--outputs-file", str(tmp_path / "none.json")): "expected a readable file",
         ("--local", "--preset", "llama3-8b"): "a CPU preset for --local",
+        ("--local", "--slices", "64"): "--slices=64: expected at most",
+        ("--local", "--output-dir", f): "--output-dir=",
+        ("--outputs-file", f, "steps=abc"): "steps='abc': expected an integer >= 1",
     }
     for argv, message in cases.items():
         rc, err = run_cli(capsys, *argv)
@@ -110,23 +147,40 @@ def test_cli_errors_are_one_line_with_status_2(capsys, tmp_path, dev_outputs):
         assert err.startswith("python -m training.submit: error: invalid config ") and message in err, err
 
 
-def test_cli_needs_a_source(capsys):
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--preset", "llama3-8b"], "one of --outputs-file, --stack or --local is required"),
+        (["--local", "--slices", "two"], "argument --slices: invalid int value: 'two'"),
+        (["--local", "--outputs-file", "o.json"], "argument --outputs-file: not allowed with argument --local"),
+        (["--local", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    ],
+)
+def test_flag_errors_are_one_line_with_status_2(capsys, argv, message):
     with pytest.raises(SystemExit) as e:
-        submit.main(["--preset", "llama3-8b"])
+        submit.main(argv)
+    err = capsys.readouterr().err
     assert e.value.code == 2
-    assert "one of --outputs-file, --stack or --local is required" in capsys.readouterr().err
+    assert err == f"python -m training.submit: error: {message} (see --help)\n"
 
 
-def test_unreachable_cluster_is_one_line_and_status_3(capsys, tmp_path, dev_outputs):
+def test_unreachable_cluster_is_retried_then_one_line_and_status_3(capsys, tmp_path, dev_outputs, delays):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
-    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--address", f"http://127.0.0.1:{closed}")
+    address = f"http://127.0.0.1:{closed}"
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--address", address)
     lines = err.strip().splitlines()
     assert rc == 3 and "Traceback" not in err
+    assert delays == [1, 2, 4, 8, 16]
     assert lines[-1] == (
-        f"python -m training.submit: error: cannot reach the Ray Jobs API at http://127.0.0.1:{closed}: "
-        f"Failed to connect to Ray at address: http://127.0.0.1:{closed}. (is the dashboard reachable at --address?)"
+        f"python -m training.submit: error: cannot reach the Ray Jobs API at {address}: "
+        f"Failed to connect to Ray at address: {address}. (still failing after 5 retries over 31 s) "
+        "(is the dashboard reachable at --address?)"
+    )
+    assert lines[-2] == (
+        f"[submit] cannot reach the Ray Jobs API at {address}: Failed to connect to Ray at address: {address}.; "
+        "retry 5/5 in 16 s"
     )
 
 
@@ -137,7 +191,214 @@ def test_no_kubeconfig_is_one_line_and_status_3(capsys, tmp_path, dev_outputs, m
     assert err.strip().splitlines()[-1].startswith("python -m training.submit: error: no usable kubeconfig")
 
 
+# --- the Jobs API: retries, one job per run attempt, outcomes --------------------------------
+
+RESET = requests.ConnectionError("('Connection aborted.', ConnectionResetError(104, 'Connection reset by peer'))")
+
+
+@pytest.mark.parametrize(
+    "error, is_transient",
+    [
+        (requests.ConnectionError("refused"), True),
+        (requests.ConnectTimeout("timed out"), True),
+        (requests.ReadTimeout("read timed out"), True),
+        (ConnectionRefusedError(111, "Connection refused"), True),
+        (ConnectionError("Failed to connect to Ray at address: http://127.0.0.1:8265."), True),
+        (TimeoutError(), True),
+        (aiohttp.ServerDisconnectedError(), True),
+        (RuntimeError("Request failed with status code 503: upstream connect error."), True),
+        (RuntimeError("Request failed with status code 502: Bad Gateway."), True),
+        (RuntimeError("WebSocket connection closed unexpectedly with close code 1006"), True),
+        (RuntimeError("Request failed with status code 400: Job with submission_id x already exists."), False),
+        (RuntimeError("Request failed with status code 404: Job x does not exist."), False),
+        (ValueError("bad address"), False),
+        (KeyError("x"), False),
+    ],
+)
+def test_what_counts_as_transient(error, is_transient):
+    assert retry.transient(error) is is_transient
+
+
+def test_backoff_doubles_up_to_the_cap():
+    assert [retry.Backoff().delay(i) for i in range(7)] == [1, 2, 4, 8, 16, 16, 16]
+
+
+def test_a_flaky_api_is_retried_and_one_job_is_submitted(capsys, tmp_path, dev_outputs, fake_cluster, delays):
+    """Every call fails twice (connection reset), then answers."""
+    cluster = fake_cluster(FakeJobsClient(fail=2, error=RESET, log=STEPS_LOG))
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--quiet", "run_name=flaky")
+    assert rc == 0, err
+    assert [job["submission_id"] for job in cluster.submitted] == ["maxtext-flaky"]
+    assert "[submit] listing the cluster's jobs: ('Connection aborted.', ConnectionResetError(104, " \
+           "'Connection reset by peer')); retry 1/5 in 1 s" in err
+    assert "[submit] submitting maxtext-flaky: ('Connection aborted.'" in err
+    assert "[submit] following the log of maxtext-flaky: ('Connection aborted.'" in err
+    # list, submit, tail and the status poll after it: each 2 retries (1 s, 2 s).
+    assert {name: cluster.calls[name] for name in ("list_jobs", "submit_job", "tail_job_logs")} == {
+        "list_jobs": 3, "submit_job": 3, "tail_job_logs": 3}
+    assert delays == [1, 2] * 4
+    assert "[submit] maxtext-flaky SUCCEEDED after " in err and ": 3 steps, loss 6.061 -> 5.282;" in err
+
+
+def test_a_submit_whose_response_was_lost_is_not_submitted_twice(capsys, tmp_path, dev_outputs, fake_cluster, delays):
+    cluster = fake_cluster(FakeJobsClient(lose_submit_response=True, log=STEPS_LOG))
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--quiet", "run_name=lost")
+    assert rc == 0, err
+    assert len(cluster.submitted) == 1 and delays == [1]
+    assert "[submit] submitting maxtext-lost: [Errno 104] Connection reset by peer; retry 1/5 in 1 s" in err
+    assert "[submit] maxtext-lost was submitted meanwhile; following it" in err
+
+
+def test_an_api_that_never_answers_is_exit_3_and_one_line(capsys, tmp_path, dev_outputs, fake_cluster, delays):
+    cluster = fake_cluster(FakeJobsClient(fail=10**9, error=RuntimeError("Request failed with status code 503: .")))
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "run_name=down")
+    assert (rc, cluster.submitted, delays) == (3, [], [1, 2, 4, 8, 16])
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == (
+        "python -m training.submit: error: listing the cluster's jobs: Request failed with status code 503: . "
+        "(still failing after 5 retries over 31 s)"
+    )
+
+
+def test_an_answer_is_not_retried(capsys, tmp_path, dev_outputs, fake_cluster, delays):
+    fake_cluster(FakeJobsClient(fail=1, error=RuntimeError("Request failed with status code 401: Unauthorized.")))
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "run_name=denied")
+    assert (rc, delays) == (3, [])
+    assert err.splitlines()[-1] == (
+        "python -m training.submit: error: listing the cluster's jobs: Request failed with status code 401: Unauthorized."
+    )
+
+
+def test_a_dropped_log_stream_is_reconnected_without_repeating_the_log(capsys, tmp_path, dev_outputs, fake_cluster,
+                                                                         delays):
+    cluster = fake_cluster(FakeJobsClient(log=STEPS_LOG, drop_stream=2))
+    rc = submit.main(["--outputs-file", write(tmp_path, dev_outputs), "run_name=dropped"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and cluster.streams == 2 and delays == [1]
+    assert "[submit] following the log of maxtext-dropped: WebSocket connection closed unexpectedly" in err
+    assert [err.count(f"[submit] step {n}/100 ") for n in (1, 2, 3)] == [1, 1, 1]
+    assert out == STEPS_LOG + "\n"  # the echoed log, each line once
+
+
+@pytest.mark.parametrize(
+    "existing, action, sid, why",
+    [
+        ({}, "submit", "maxtext-r", ""),
+        ({1: "RUNNING"}, "follow", "maxtext-r",
+         "maxtext-r is RUNNING; following it instead of submitting a second job of this run"),
+        ({1: "FAILED", 2: "PENDING"}, "follow", "maxtext-r-attempt-2", None),
+        ({1: "SUCCEEDED"}, "report", "maxtext-r", "maxtext-r already SUCCEEDED; nothing to submit"),
+        ({1: "FAILED"}, "submit", "maxtext-r-attempt-2",
+         "maxtext-r FAILED; submitting attempt 2 as maxtext-r-attempt-2 "
+         "(same run_name: MaxText resumes from the run's latest checkpoint)"),
+        ({1: "STOPPED", 2: "FAILED"}, "submit", "maxtext-r-attempt-3", "maxtext-r-attempt-2 FAILED; submitting attempt 3"),
+        ({1: "FAILED", 2: "SUCCEEDED"}, "report", "maxtext-r-attempt-2", None),
+    ],
+)
+def test_what_running_the_same_run_again_does(existing, action, sid, why):
+    nxt = jobs.decide("r", existing)
+    assert (nxt.action, nxt.submission_id) == (action, sid)
+    assert why is None or nxt.why.startswith(why)
+
+
+def test_attempt_ids_belong_to_one_run():
+    assert [jobs.attempt_of("r", sid) for sid in ("maxtext-r", "maxtext-r-attempt-12", "maxtext-r2",
+                                                    "maxtext-r-attempt-", "raysubmit_x", None)] == [
+        1, 12, None, None, None, None]
+
+
+def test_a_failed_run_is_resubmitted_as_the_next_attempt(capsys, tmp_path, dev_outputs, fake_cluster):
+    cluster = fake_cluster(FakeJobsClient({"maxtext-r": "STOPPED", "maxtext-r-attempt-2": "FAILED",
+                                           "maxtext-other": "RUNNING"}, log=STEPS_LOG))
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--quiet", "run_name=r")
+    assert rc == 0, err
+    [job] = cluster.submitted
+    assert job["submission_id"] == "maxtext-r-attempt-3" and job["metadata"] == {"run_name": "r", "attempt": "3"}
+    # The same run: MaxText finds its checkpoints under the same run_name.
+    assert JobSpec.from_argv(shlex.split(job["entrypoint"])[3:]).run_name == "r"
+    assert "[submit] maxtext-r-attempt-2 FAILED; submitting attempt 3 as maxtext-r-attempt-3" in err
+
+
+def test_a_running_run_is_followed_and_a_succeeded_one_reported(capsys, tmp_path, dev_outputs, fake_cluster):
+    outputs = write(tmp_path, dev_outputs)
+    cluster = fake_cluster(FakeJobsClient({"maxtext-r": "RUNNING"}, log=STEPS_LOG))
+    rc, err = run_cli(capsys, "--outputs-file", outputs, "--quiet", "run_name=r")
+    assert (rc, cluster.submitted) == (0, [])
+    assert "[submit] maxtext-r is RUNNING; following it instead of submitting a second job of this run" in err
+    cluster = fake_cluster(FakeJobsClient({"maxtext-r": "FAILED", "maxtext-r-attempt-2": "SUCCEEDED"}, log=STEPS_LOG))
+    rc, err = run_cli(capsys, "--outputs-file", outputs, "--quiet", "run_name=r")
+    assert (rc, cluster.submitted, cluster.streams) == (0, [], 0)
+    assert err.splitlines()[-1] == (
+        "[submit] maxtext-r-attempt-2 SUCCEEDED: 3 steps, loss 6.061 -> 5.282; "
+        "checkpoints: gs://my-tpu-project-maxtext-checkpoints/r/checkpoints"
+    )
+
+
+def test_a_failed_job_shows_its_last_error_lines_and_exits_1(capsys, tmp_path, dev_outputs, fake_cluster):
+    fake_cluster(FakeJobsClient(final="FAILED", log=STEPS_LOG + FAILURE_LOG))
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--quiet", "run_name=bad")
+    assert rc == 1 and "Traceback" not in err
+    assert err.splitlines()[-4:] == [
+        "[submit] maxtext-bad FAILED; its last error lines:",
+        "[submit]     ValueError: 'no_such_key' not in 'emb_dim', 'mlp_dim'.",
+        "[submit]     ray.train.WorkerGroupError: Training failed due to worker errors:",
+        "[submit] run the same command again to resume run bad from its latest checkpoint as a new attempt",
+    ]
+
+
+def test_a_job_that_failed_before_logging_shows_rays_message(capsys, tmp_path, dev_outputs, fake_cluster):
+    fake_cluster(FakeJobsClient(final="FAILED", message="runtime_env setup failed:\nFailed to install uv packages.\n"))
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--quiet", "run_name=env")
+    assert rc == 1
+    assert err.splitlines()[-3:-1] == ["[submit]     runtime_env setup failed:", "[submit]     Failed to install uv packages."]
+
+
+def test_a_job_stopped_from_outside_exits_1_saying_stopped(capsys, tmp_path, dev_outputs, fake_cluster):
+    fake_cluster(FakeJobsClient(final="STOPPED", log=STEPS_LOG))
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--quiet", "run_name=s")
+    assert rc == 1
+    assert err.splitlines()[-2:] == [
+        "[submit] maxtext-s was STOPPED (Ctrl-C, `ray job stop` or the dashboard)",
+        "[submit] run the same command again to resume run s from its latest checkpoint as a new attempt",
+    ]
+
+
 # --- progress ------------------------------------------------------------------------------
+
+def worker(pid: int, text: str) -> str:
+    """A worker's absl log line, as Ray streams it."""
+    return traceback_line(pid, f"I1202 16:36:32.260998 139637597132480 {text}")
+
+
+def traceback_line(pid: int, text: str) -> str:
+    """A line a worker printed to stderr (a traceback), as Ray streams it."""
+    return f"\x1b[36m(RayTrainWorker pid={pid})\x1b[0m {text}"
+
+
+def group_start(*pids: int) -> str:
+    lines = [f"\x1b[36m(TrainController pid=9)\x1b[0m Started training worker group of size {len(pids)}: "]
+    lines += [f"\x1b[36m(TrainController pid=9)\x1b[0m - (ip=192.0.2.2, pid={pid}) world_rank={rank}, "
+              f"local_rank={rank}, node_rank=0" for rank, pid in enumerate(pids)]
+    return "\n".join(lines)
+
+
+def step(pid: int, n: int, loss: float) -> str:
+    return worker(pid, f"metric_logger.py:265] completed step: {n}, seconds: 0.200, TFLOP/s/device: 0.000, "
+                       f"Tokens/s/device: 320.200, total_weights: 128, loss: {loss}, lm_loss: {loss}, perplexity: 2.0")
+
+
+STEPS_LOG = "\n".join([group_start(100, 101), *(step(pid, n, loss) for n, loss in enumerate((6.061, 5.660, 5.282))
+                                                  for pid in (100, 101))])
+FAILURE_LOG = "\n".join([
+    "",
+    traceback_line(100, "Traceback (most recent call last):"),
+    traceback_line(100, "ValueError: 'no_such_key' not in 'emb_dim', 'mlp_dim'."),
+    traceback_line(101, "ValueError: 'no_such_key' not in 'emb_dim', 'mlp_dim'."),
+    "\x1b[36m(TrainController pid=9)\x1b[0m [FailurePolicy] RAISE",
+    "\x1b[36m(TrainController pid=9)\x1b[0m Error: Training failed due to worker errors:",
+    "\x1b[36m(TrainController pid=9)\x1b[0m ray.train.WorkerGroupError: Training failed due to worker errors:",
+    "ray.train.WorkerGroupError: Training failed due to worker errors:",
+])
 
 TUTORIAL_LINE = (
     "(RayTrainWorker pid=130520, ip=10.60.7.7) completed step: 99, seconds: 0.693, TFLOP/s/device: 83.171, "
@@ -169,6 +430,48 @@ def test_progress_across_chunks_and_workers():
     assert [m.step for m in new] == [0]  # the second worker's copy is not news; the last line has no newline yet
     assert [m.step for m in p.flush()] == [99]
     assert (p.first.loss, p.last.loss, sorted(p.steps)) == (6.061, 0.334, [0, 99])
+
+
+def test_progress_through_a_restart():
+    """Ray Train restarts the group after a worker died; MaxText restores step 4 and re-runs 5 and 6."""
+    log = "\n".join([
+        group_start(100, 101),
+        *(step(pid, n, 6.0 - n / 10) for n in range(7) for pid in (100, 101)),
+        traceback_line(100, "jax.errors.JaxRuntimeError: INTERNAL: Gloo all-reduce failed: Connection reset by peer"),
+        group_start(200, 201),
+        step(101, 6, 6.0 - 6 / 10),  # a late copy from the old group is the old group's, not news
+        worker(200, "checkpointing.py:705] restoring from this run's directory step 4"),
+        worker(201, "checkpointing.py:705] restoring from this run's directory step 4"),
+        *(step(pid, n, 6.0 - n / 10) for n in range(5, 8) for pid in (200, 201)),
+    ]) + "\n"
+    p = Progress()
+    news = [item.describe(8) for item in p.feed(log)]
+    assert news[7:] == [
+        "worker group 2: Ray Train restarted training with 2 workers",
+        "worker group 2: MaxText restored checkpoint 4 (saved after step 5/8); continuing with step 6/8",
+        *(p.groups[1].steps[n].describe(8) for n in (5, 6, 7)),
+    ]
+    first, second = p.groups
+    assert (first.ranks, sorted(first.steps), first.restored_step) == ({100: 0, 101: 1}, [0, 1, 2, 3, 4, 5, 6], None)
+    assert (second.ranks, sorted(second.steps), second.restored_step) == ({200: 0, 201: 1}, [5, 6, 7], 4)
+    assert isinstance(first, WorkerGroup) and p.last.loss == 6.0 - 7 / 10
+    assert list(p.errors) == ["jax.errors.JaxRuntimeError: INTERNAL: Gloo all-reduce failed: Connection reset by peer"]
+    assert submit.summary(p) == "8 steps, loss 6.000 -> 5.300, 1 restart (restored checkpoint 4)"
+
+
+def test_error_lines_are_exception_lines_without_rays_prefix():
+    p = Progress()
+    p.feed("\n".join([
+        traceback_line(1, "Error count: 1 (max allowed: 3)"),
+        traceback_line(1, "  File \"train.py\", line 3, in main"),
+        worker(1, "checkpointing.py:1] RuntimeError: an absl line is not a traceback's end"),
+        traceback_line(1, "RuntimeError: " + "x" * 400),
+        "KeyboardInterrupt",
+        "jax.errors.JaxRuntimeError: UNKNOWN: Gloo all-reduce failed",
+    ]) + "\n")
+    assert list(p.errors) == [
+        "RuntimeError: " + "x" * 283 + "...", "KeyboardInterrupt", "jax.errors.JaxRuntimeError: UNKNOWN: Gloo all-reduce failed",
+    ]
 
 
 # --- port-forward --------------------------------------------------------------------------

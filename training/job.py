@@ -34,7 +34,11 @@ with (the tutorial pinned 0.2.1)."""
 ELASTIC_MAX_FAILURES = 3
 """The tutorial's ``FailureConfig(max_failures=3)`` for elastic runs."""
 
-_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+_ATTEMPT_SUFFIX = re.compile(r"-attempt-\d+$")
+POSITIVE_INT_KEYS = ("steps", "checkpoint_period")
+"""MaxText keys the submit command reads or reasons about (total steps, steps lost)."""
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, str]:
@@ -42,7 +46,7 @@ def parse_overrides(items: Sequence[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not _KEY.match(key):
+        if not sep or not _KEY.fullmatch(key):
             raise ConfigError("override", item, "MaxText key=value, e.g. steps=20")
         out[key] = value
     return out
@@ -120,6 +124,16 @@ class JobSpec:
                 raise ConfigError(
                     key, overrides.get(key), "set: checkpoints go to <base_output_directory>/<run_name>"
                 )
+        run_name = overrides["run_name"]
+        if not _RUN_NAME.fullmatch(run_name) or _ATTEMPT_SUFFIX.search(run_name):
+            raise ConfigError(
+                "run_name", run_name,
+                "1-100 letters, digits, '_', '.' or '-' (a directory and a Ray job id), "
+                "not ending in -attempt-<N> (the submit command's resubmissions)",
+            )
+        for key in POSITIVE_INT_KEYS:
+            if key in overrides and not re.fullmatch(r"[1-9][0-9]*", overrides[key]):
+                raise ConfigError(key, overrides[key], "an integer >= 1")
         if self.slices < 1:
             raise ConfigError("--slices", self.slices, "at least 1")
         if self.failures_allowed < -1:

@@ -1,4 +1,4 @@
-"""Training progress, read from MaxText's own log lines.
+"""Training progress, read from MaxText's and Ray Train's own log lines.
 
 MaxText (``common/metric_logger.py``) prints one line per step, e.g.::
 
@@ -7,15 +7,35 @@ MaxText (``common/metric_logger.py``) prints one line per step, e.g.::
 (0.2.5 appends ``lm_loss`` and ``perplexity``; elastic runs insert ``live slice
 count``). Through Ray the line carries a ``(RayTrainWorker pid=...)`` prefix and
 sometimes a ``[repeated 6x across cluster]`` suffix; every worker prints it.
+
+A job may start its worker group more than once: Ray Train v2's controller
+logs ``Started training worker group of size N:`` and one ``- (ip=..., pid=P)
+world_rank=R`` line per worker each time (after a worker died, or an elastic
+resize), and MaxText then logs ``restoring from this run's directory step S``
+and continues from step S+1. Each start is a ``WorkerGroup``; a worker's lines
+are told apart by its pid, so a late line of a dead worker is not mistaken for
+the new group's.
 """
 
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass, field
 
 _STEP = re.compile(r"completed step: (\d+)((?:, [^,:]+: [^,\s]+)*)")
 _FIELD = re.compile(r", ([^,:]+): ([^,\s]+)")
+_GROUP = re.compile(r"Started training worker group of size (\d+)")
+_MEMBER = re.compile(r"- \(ip=[^,)]+, pid=(\d+)\) world_rank=(\d+)")
+_WORKER_PID = re.compile(r"\(RayTrainWorker pid=(\d+)")
+_RESTORE = re.compile(r"restoring from this run's directory step (\d+)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_PREFIX = re.compile(r"^\((?:\w+ )?pid=[^)]*\)\s*")
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)\b(?::.*)?$")
+ERROR_LINE_CHARS = 300
+"""An exception line is cut here (MaxText's unknown-key error lists every key)."""
+ERROR_LINES = 5
+"""How many of the last distinct exception lines are kept (a failed job shows them)."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +58,48 @@ class StepMetrics:
         return "  ".join(parts)
 
 
+@dataclass
+class WorkerGroup:
+    """One start of the job's worker group and what it did."""
+
+    number: int
+    workers: int | None = None
+    """The group's size (None: the log has no Ray Train controller line)."""
+    ranks: dict[int, int] = field(default_factory=dict)
+    """pid -> world rank."""
+    restored_step: int | None = None
+    steps: dict[int, StepMetrics] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Restarted:
+    """News: Ray Train started the worker group again."""
+
+    group: int
+    workers: int
+
+    def describe(self, total_steps: int | None = None) -> str:
+        return f"worker group {self.group}: Ray Train restarted training with {self.workers} workers"
+
+
+@dataclass(frozen=True)
+class Restored:
+    """News: MaxText restored a checkpoint of the run."""
+
+    group: int
+    step: int
+
+    def describe(self, total_steps: int | None = None) -> str:
+        of = f"/{total_steps}" if total_steps else ""
+        return (
+            f"worker group {self.group}: MaxText restored checkpoint {self.step} (saved after step "
+            f"{self.step + 1}{of}); continuing with step {self.step + 2}{of}"
+        )
+
+
+News = StepMetrics | Restarted | Restored
+
+
 def parse_line(line: str) -> StepMetrics | None:
     """The metrics of one MaxText step line, or None for any other line."""
     m = _STEP.search(line)
@@ -56,36 +118,81 @@ def parse_line(line: str) -> StepMetrics | None:
     )
 
 
+def error_line(line: str) -> str | None:
+    """``ValueError: ...`` (a traceback's last line), without Ray's prefix, or None."""
+    text = _PREFIX.sub("", _ANSI.sub("", line)).strip()
+    if not _EXCEPTION.match(text):
+        return None
+    return text if len(text) <= ERROR_LINE_CHARS else text[: ERROR_LINE_CHARS - 3] + "..."
+
+
 @dataclass
 class Progress:
-    """Feed it log chunks as they stream; it keeps one record per step.
+    """Feed it log chunks as they stream; it keeps one record per step and group.
 
-    Chunks may split lines anywhere. A step seen again (every worker prints it,
-    and a restarted run repeats the steps after its last checkpoint) replaces
-    the earlier record, so ``steps`` ends as the run's final history.
+    Chunks may split lines anywhere. ``feed`` returns what is news: a step the
+    current worker group had not reported yet (every worker prints each step), a
+    restart of the worker group, and MaxText's restore. ``steps`` is the run's
+    final history: a step run again after a restore replaces the earlier record.
     """
 
     steps: dict[int, StepMetrics] = field(default_factory=dict)
+    groups: list[WorkerGroup] = field(default_factory=list)
+    errors: deque[str] = field(default_factory=lambda: deque(maxlen=ERROR_LINES))
+    """The last distinct exception lines, oldest first."""
     _partial: str = ""
 
-    def feed(self, chunk: str) -> list[StepMetrics]:
-        """The steps this chunk completed that were not reported already."""
+    def feed(self, chunk: str) -> list[News]:
         lines = (self._partial + chunk).split("\n")
         self._partial = lines.pop()
-        new = []
+        news: list[News] = []
         for line in lines:
-            metrics = parse_line(line)
-            if metrics is None:
-                continue
-            if metrics.step not in self.steps:
-                new.append(metrics)
-            self.steps[metrics.step] = metrics
-        return new
+            news.extend(self._line(line))
+        return news
 
-    def flush(self) -> list[StepMetrics]:
+    def flush(self) -> list[News]:
         """Parse a trailing line that had no newline."""
         rest, self._partial = self._partial, ""
         return self.feed(rest + "\n") if rest else []
+
+    def _line(self, line: str) -> list[News]:
+        if m := _GROUP.search(line):
+            group = WorkerGroup(len(self.groups) + 1, workers=int(m.group(1)))
+            self.groups.append(group)
+            return [Restarted(group.number, group.workers)] if group.number > 1 else []
+        if m := _MEMBER.search(line):
+            self._current().ranks[int(m.group(1))] = int(m.group(2))
+            return []
+        if m := _RESTORE.search(line):
+            group = self._group_of(line)
+            first = group.restored_step is None
+            group.restored_step = int(m.group(1))
+            return [Restored(group.number, group.restored_step)] if first else []
+        if metrics := parse_line(line):
+            group = self._group_of(line)
+            new = metrics.step not in group.steps
+            group.steps[metrics.step] = self.steps[metrics.step] = metrics
+            return [metrics] if new else []
+        if (error := error_line(line)) is not None:
+            if error in self.errors:
+                self.errors.remove(error)
+            self.errors.append(error)
+        return []
+
+    def _current(self) -> WorkerGroup:
+        if not self.groups:
+            self.groups.append(WorkerGroup(1))
+        return self.groups[-1]
+
+    def _group_of(self, line: str) -> WorkerGroup:
+        """The worker group whose worker printed ``line`` (the latest one if unknown)."""
+        m = _WORKER_PID.search(line)
+        if m:
+            pid = int(m.group(1))
+            for group in reversed(self.groups):
+                if pid in group.ranks:
+                    return group
+        return self._current()
 
     @property
     def first(self) -> StepMetrics | None:

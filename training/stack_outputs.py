@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from components.errors import ConfigError
-from components.tpu_catalogue import SliceShape, slice_shape
+from components.tpu_catalogue import slice_shape
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,9 +36,8 @@ class StackOutputs:
     chips_per_host: int
     chips_per_slice: int
     elastic_min_slices: int
-
-    def shape(self) -> SliceShape:
-        return slice_shape(self.tpu_generation, self.topology, key="stack output topology")
+    spot: bool
+    """The slices are Spot VMs: the job must expect to lose one and restart."""
 
 
 _FIELDS = {
@@ -55,6 +54,7 @@ _FIELDS = {
     "chipsPerHost": ("chips_per_host", int),
     "chipsPerSlice": ("chips_per_slice", int),
     "elasticMinSlices": ("elastic_min_slices", int),
+    "spot": ("spot", bool),
 }
 
 
@@ -69,11 +69,15 @@ def from_mapping(raw: object, source: str) -> StackOutputs:
                 f"{source}: {key}", None, f"a {kind.__name__} output, which the stack exports (README: 'Stack outputs')"
             )
         value = raw[key]
-        if not isinstance(value, kind) or isinstance(value, bool):
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
             raise ConfigError(f"{source}: {key}", value, f"a {kind.__name__}")
+        if kind is str and not value.strip():
+            raise ConfigError(f"{source}: {key}", value, "a non-empty str")
         values[field] = value
     outputs = StackOutputs(**values)
-    shape = outputs.shape()
+    if not 1 <= outputs.ray_dashboard_port <= 65535:
+        raise ConfigError(f"{source}: rayDashboardPort", outputs.ray_dashboard_port, "a TCP port (1-65535)")
+    shape = slice_shape(outputs.tpu_generation, outputs.topology, key=f"{source}: topology")
     derived = {
         "acceleratorType": (outputs.accelerator_type, shape.generation.ray_accelerator_type),
         "hostsPerSlice": (outputs.hosts_per_slice, shape.hosts),

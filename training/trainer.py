@@ -14,7 +14,11 @@ Ray's JAX backend only does that for TPUs and GPUs.
 Recovery is MaxText's own: every restart (a new worker group after a failure,
 or after an elastic resize) calls MaxText again with the same run_name, and
 MaxText resumes from the latest Orbax checkpoint under
-``<base_output_directory>/<run_name>/checkpoints``.
+``<base_output_directory>/<run_name>/checkpoints``. Ray Train v2 restarts by
+killing the whole group and starting new worker actors, i.e. new processes, so
+``jax.distributed`` starts from scratch each time (on CPU a new coordinator on
+a new port of the new rank 0); nothing has to be torn down here
+(tests/test_training_elastic.py kills rank 0 mid-run).
 """
 
 from __future__ import annotations
