@@ -21,6 +21,7 @@ import requests
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 from training import port_forward, submit
+from training.jobs import submission_id_for
 from training.local_ray import LocalRayHead
 from training.progress import Progress
 from training.testing import FakeCoreV1, pod
@@ -52,7 +53,7 @@ def test_job_succeeds_and_the_loss_goes_down(ray_head, local_job):
     rc, err, _ = local_job
     assert rc == 0, err
     client = JobSubmissionClient(ray_head.address)
-    sid = submit.submission_id_for(RUN)
+    sid = submission_id_for(RUN)
     assert client.get_job_status(sid) == JobStatus.SUCCEEDED
     progress = Progress()
     progress.feed(client.get_job_logs(sid))
@@ -75,13 +76,15 @@ def test_orbax_checkpoints_where_maxtext_puts_them(local_job):
     assert sorted(p.name for p in (last / "items").glob("ocdbt.process_*")) == ["ocdbt.process_0", "ocdbt.process_1"]
 
 
-def test_the_same_run_again_follows_the_existing_job(ray_head, local_job):
+def test_the_same_run_again_reports_it_and_submits_nothing(ray_head, local_job):
     _, _, out = local_job
     client = JobSubmissionClient(ray_head.address)
     jobs_before = len(client.list_jobs())
     rc, err = _submit("--local", "--address", ray_head.address, "--output-dir", str(out), "--quiet", f"run_name={RUN}")
     assert rc == 0, err
-    assert f"{submit.submission_id_for(RUN)} already exists (SUCCEEDED)" in err
+    sid = submission_id_for(RUN)
+    assert f"[submit] {sid} already SUCCEEDED; nothing to submit" in err
+    assert f"[submit] {sid} SUCCEEDED: 10 steps, loss 6.061 -> " in err
     assert len(client.list_jobs()) == jobs_before
 
 
@@ -101,28 +104,64 @@ def test_port_forward_reaches_the_jobs_api(ray_head, monkeypatch):
     api = FakeCoreV1([pod("head-b")])
     with port_forward.PortForward("default", "head-svc", 8265, api=api) as pf:
         assert requests.get(f"{pf.url}/api/version", timeout=10).json()["ray_version"] == "2.60.0"
-        through_pf = submit.connect(pf.url, "test").list_jobs()
+        through_pf = submit.connect(pf.url, "test", print).list_jobs()
         direct = JobSubmissionClient(ray_head.address).list_jobs()
         assert sorted(j.submission_id for j in through_pf) == sorted(j.submission_id for j in direct)
         assert pf.stream_error is None
 
 
-def test_ctrl_c_stops_the_job(ray_head, tmp_path):
-    run = "pytest-interrupt"
-    proc = subprocess.Popen(
+def _start_submit(ray_head, out, run: str, *overrides: str) -> subprocess.Popen:
+    return subprocess.Popen(
         [sys.executable, "-m", "training.submit", "--local", "--address", ray_head.address,
-         "--output-dir", str(tmp_path), "--quiet", f"run_name={run}"],
+         "--output-dir", str(out), "--quiet", f"run_name={run}", *overrides],
         cwd=submit.REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
+
+
+def _read_until(proc: subprocess.Popen, text: str, timeout_s: float = 120) -> str:
     err = ""
-    deadline = time.monotonic() + 120
-    while "[submit] submitted" not in err and time.monotonic() < deadline:
+    deadline = time.monotonic() + timeout_s
+    while text not in err and time.monotonic() < deadline and proc.poll() is None:
         if select.select([proc.stderr], [], [], 1)[0]:
             err += proc.stderr.readline()
-    assert "[submit] submitted" in err, err
+    assert text in err, err
+    return err
+
+
+def test_stopped_from_outside_then_resumed_as_attempt_2_then_ctrl_c(ray_head, tmp_path):
+    """A job stopped with `ray job stop` exits 1 saying STOPPED; the same command submits attempt 2
+    of the run (one job at a time), and Ctrl-C stops that one (exit 130)."""
+    run = "pytest-stopped"
+    client = JobSubmissionClient(ray_head.address)
+    proc = _start_submit(ray_head, tmp_path, run)
+    err = _read_until(proc, f"[submit] submitted {submission_id_for(run)}:")
+    client.stop_job(submission_id_for(run))
+    err += proc.communicate(timeout=120)[1]
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    assert f"[submit] {submission_id_for(run)} was STOPPED (Ctrl-C, `ray job stop` or the dashboard)" in err
+    assert f"[submit] run the same command again to resume run {run} from its latest checkpoint" in err
+
+    proc = _start_submit(ray_head, tmp_path, run)
+    second = submission_id_for(run, 2)
+    err = _read_until(proc, f"[submit] submitted {second}:")
+    assert f"[submit] {submission_id_for(run)} STOPPED; submitting attempt 2 as {second} (same run_name" in err
+    assert f"run_name={run}" in err.split(f"[submit] submitted {second}:")[1]
     proc.send_signal(signal.SIGINT)
     rest = proc.communicate(timeout=120)[1]
     assert proc.returncode == 130, err + rest
-    assert f"[submit] interrupted: stopping {submit.submission_id_for(run)}" in rest and "Traceback" not in rest
-    status = JobSubmissionClient(ray_head.address).get_job_status(submit.submission_id_for(run))
-    assert status == JobStatus.STOPPED
+    assert f"[submit] interrupted: stopping {second}" in rest and "Traceback" not in rest
+    statuses = {j.submission_id: j.status for j in client.list_jobs() if run in (j.submission_id or "")}
+    assert statuses == {submission_id_for(run): JobStatus.STOPPED, second: JobStatus.STOPPED}
+
+
+def test_a_job_that_maxtext_rejects_fails_with_its_error_lines(ray_head, tmp_path):
+    """A key MaxText does not know passes the submit checks and fails in MaxText on every worker."""
+    rc, err = _submit("--local", "--address", ray_head.address, "--output-dir", str(tmp_path), "--quiet",
+                      "run_name=pytest-bad-key", "no_such_key=1")
+    sid = submission_id_for("pytest-bad-key")
+    assert rc == 1 and "Traceback" not in err, err
+    lines = err.splitlines()
+    errors = lines[lines.index(f"[submit] {sid} FAILED; its last error lines:") + 1:-1]
+    assert errors[0].startswith("[submit]     ValueError: 'no_such_key' not in 'emb_dim', 'mlp_dim', ")
+    assert errors[-1] == "[submit]     ray.train.WorkerGroupError: Training failed due to worker errors:"
+    assert JobSubmissionClient(ray_head.address).get_job_status(sid) == JobStatus.FAILED

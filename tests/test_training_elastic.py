@@ -1,0 +1,71 @@
+"""Kill a training worker mid-run (SIGKILL by pid): Ray Train restarts the worker group and MaxText
+resumes from the run's latest checkpoint, finishing the requested steps.
+
+The real thing on CPU: a local Ray head (this module's), the local elastic job (2 CPU workers,
+num_workers=(1, 2), FailureConfig(max_failures=3)) submitted with ``python -m training.submit
+--local --elastic``, and ``training.drill`` killing the worker of rank 0 (the one that hosts the JAX
+coordinator) once the checkpoint of step 4 is committed and a later step is logged.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from training.drill import kill_a_worker
+from training.local_ray import LocalRayHead
+
+STEPS = 16
+PERIOD = 4
+RUN = "pytest-elastic-kill"
+
+
+@pytest.fixture(scope="module")
+def drill(tmp_path_factory):
+    out = tmp_path_factory.mktemp("elastic")
+    with LocalRayHead(num_cpus=2, log_path=out / "ray-head.log") as head:
+        yield kill_a_worker(head.address, out, RUN, steps=STEPS, checkpoint_period=PERIOD, rank=0)
+
+
+def test_the_job_succeeds_with_all_the_steps(drill):
+    assert (drill.returncode, drill.status) == (0, "SUCCEEDED"), drill.stderr
+    assert sorted(drill.progress.steps) == list(range(STEPS))  # MaxText counts from 0: the last is 15
+    assert drill.checkpoints_at_end == [0, 4, 8, 12, 15]
+
+
+def test_ray_train_restarted_the_group_with_new_worker_processes(drill):
+    killed, resumed = drill.progress.groups  # exactly one restart
+    assert killed.ranks[drill.killed_pid] == 0 and killed.workers == 2
+    assert not set(killed.ranks) & set(resumed.ranks)
+    assert 1 <= resumed.workers <= 2 and sorted(resumed.ranks.values()) == list(range(resumed.workers))
+    # The elastic scaling policy chose the size each time, and the failure policy allowed the retry.
+    assert drill.log.count("Deciding to start/restart training with this worker group size.") == 2
+    assert "[FailurePolicy] RETRY" in drill.log and "Error count: 1 (max allowed: 3)" in drill.log
+
+
+def test_maxtext_resumed_from_the_latest_checkpoint_losing_at_most_one_period(drill):
+    killed, resumed = drill.progress.groups
+    assert killed.restored_step is None  # the first group started from scratch
+    assert PERIOD in drill.checkpoints_at_kill
+    assert resumed.restored_step == max(drill.checkpoints_at_kill)
+    assert max(killed.steps) >= drill.last_step_seen > resumed.restored_step
+    assert 0 < drill.steps_lost <= PERIOD
+    # The new group's first step is the one after the checkpoint, and it runs to the end.
+    assert sorted(resumed.steps) == list(range(resumed.restored_step + 1, STEPS))
+    # The steps run twice computed the same losses: the restored state is the saved one.
+    rerun = range(resumed.restored_step + 1, max(killed.steps) + 1)
+    assert [resumed.steps[n].loss for n in rerun] == [killed.steps[n].loss for n in rerun]
+    assert drill.progress.last.loss < drill.progress.first.loss - 1.0
+
+
+def test_the_submit_command_reported_the_restart(drill):
+    restored = drill.resumed_group.restored_step
+    assert f"[submit] worker group 2: Ray Train restarted training with {drill.resumed_group.workers} workers" \
+        in drill.stderr
+    assert f"[submit] worker group 2: MaxText restored checkpoint {restored} (saved after step {restored + 1}/16); " \
+           f"continuing with step {restored + 2}/16" in drill.stderr
+    assert "16 steps, loss 6.061 -> " in drill.stderr and f"1 restart (restored checkpoint {restored})" in drill.stderr
+
+
+def test_recovery_is_timed_from_the_log(drill):
+    r = drill.recovery()
+    assert 0 < r["group_started_s"] < r["restored_s"] < r["next_step_s"] < 300, r
