@@ -3,11 +3,14 @@
 The scenario of tests/test_training_elastic.py (``training.drill``): a local Ray
 head, the tiny MaxText model on 2 CPU workers, num_workers=(1, 2), the worker of
 ``--rank`` killed once the checkpoint of step ``--checkpoint-period`` is
-committed and a later step is logged. Times come from the workers' own absl log
+committed and a later step is logged. ``--lose node`` instead runs the two
+workers on two local Ray nodes (1 CPU each) and SIGKILLs every process of the
+second node, as when a Spot VM is reclaimed: the cluster is then one worker
+short and the elastic job must continue on 1. Times come from the workers' own absl log
 timestamps; the step time is MaxText's per-step ``seconds`` of the same run, so
 the ratio is what to compare across machines.
 
-    .venv/bin/python bench/bench_elastic_recovery.py [--steps 16] [--checkpoint-period 4] [--rank 0]
+    .venv/bin/python bench/bench_elastic_recovery.py [--steps 16] [--checkpoint-period 4] [--rank 0] [--lose node]
 
 Measured on the 2-core, 24 GiB dev machine (CPU only), rank 0 killed, 4 runs:
 recovery (kill -> next completed step) 43.8, 45.1, 47.8, 50.8 s, of which
@@ -18,6 +21,15 @@ checkpoint 4 (imports, config, mesh, Orbax), ~+16 s more until the step
 so recovery is ~160-310 step times; whole run 121-138 s. The restart came back
 at 2 workers: on one node Ray Train's elastic policy counts the node's
 resources, which the dead worker gave back.
+
+``--lose node``, 2 runs: recovery 90.2 and 109.1 s, steps lost 4 and 2 (the
+worker on the killed node outlived its raylet by 2-4 steps, and one of those
+runs committed checkpoint 8 meanwhile), the new group 1 worker, all 16 steps.
+Most of it is Ray Train v2 restarting before the node is marked dead: it still
+counts 2 workers, the 2-worker start times out after 60 s
+(WorkerGroupStartupTimeoutError, RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S), and
+the next attempt starts 1 worker, which restores the checkpoint the 2 workers
+wrote (Orbax reshards it onto 1 process).
 """
 
 from __future__ import annotations
@@ -32,7 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from training.drill import kill_a_worker  # noqa: E402
-from training.local_ray import LocalRayHead  # noqa: E402
+from training.local_ray import LocalRayHead, LocalRayNode  # noqa: E402
 
 
 def clock(epoch: float) -> str:
@@ -44,20 +56,30 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--checkpoint-period", type=int, default=4)
     parser.add_argument("--rank", type=int, default=0, help="world rank of the worker to kill (0 hosts JAX's coordinator)")
+    parser.add_argument("--lose", choices=("worker", "node"), default="worker")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-elastic-") as tmp:
         out = Path(tmp)
-        with LocalRayHead(num_cpus=2, log_path=out / "ray-head.log") as head:
-            d = kill_a_worker(head.address, out, "bench-elastic", args.steps, args.checkpoint_period, args.rank)
+        drill = dict(steps=args.steps, checkpoint_period=args.checkpoint_period)
+        if args.lose == "worker":
+            with LocalRayHead(num_cpus=2, log_path=out / "ray-head.log") as head:
+                d = kill_a_worker(head.address, out, "bench-elastic", rank=args.rank, **drill)
+        else:
+            with LocalRayHead(num_cpus=1, log_path=out / "ray-head.log") as head, \
+                    LocalRayNode(head, num_cpus=1, log_path=out / "ray-node.log") as node:
+                d = kill_a_worker(head.address, out, "bench-elastic", rank=None, node=node, **drill)
     if d.status != "SUCCEEDED":
         print(f"job {d.status} (submit exit {d.returncode}):\n{d.stderr}", file=sys.stderr)
         return 1
     r = d.recovery()
     step_s = d.median_step_s()
     resumed = d.resumed_group
-    print(f"run: {args.steps} steps, checkpoint_period {args.checkpoint_period}, 2 CPU workers (min 1); "
+    print(f"run: {args.steps} steps, checkpoint_period {args.checkpoint_period}, 2 CPU workers (min 1) on "
+          f"{'1 node' if args.lose == 'worker' else '2 nodes'}; "
           f"wall {d.wall_s:.0f} s, {len(d.progress.steps)} steps completed, job {d.status}")
-    print(f"killed rank {d.killed_rank} (pid {d.killed_pid}) at {clock(d.killed_at)}, the log at step "
+    what = f"rank {d.killed_rank} (pid {d.killed_pid})" if d.killed_rank is not None else \
+        f"the second node (ray start pid {d.killed_pid}, all its processes)"
+    print(f"killed {what} at {clock(d.killed_at)}, the log at step "
           f"{d.last_step_seen}; the group's last step {max(d.killed_group.steps)}; "
           f"committed checkpoints: {d.checkpoints_at_kill}")
     print(f"new worker group ({resumed.workers} workers) logging at  +{r['group_started_s']:.1f} s")

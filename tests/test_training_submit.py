@@ -16,7 +16,7 @@ from components.errors import ConfigError
 from training import jobs, port_forward, retry, stack_outputs, submit
 from training.errors import ClusterError
 from training.job import JobSpec
-from training.progress import Progress, WorkerGroup, parse_line
+from training.progress import Progress, StepMetrics, WorkerGroup, parse_line
 from training.testing import FakeCoreV1, FakeJobsClient, pod
 
 
@@ -457,6 +457,17 @@ def test_progress_through_a_restart():
     assert isinstance(first, WorkerGroup) and p.last.loss == 6.0 - 7 / 10
     assert list(p.errors) == ["jax.errors.JaxRuntimeError: INTERNAL: Gloo all-reduce failed: Connection reset by peer"]
     assert submit.summary(p) == "8 steps, loss 6.000 -> 5.300, 1 restart (restored checkpoint 4)"
+
+
+def test_a_group_start_logged_twice_is_one_group():
+    """Two Ray nodes on one host stream every line twice (both log monitors read the session's logs)."""
+    p = Progress()
+    line_by_line = "\n".join(line for line in group_start(100, 101).split("\n") for _ in range(2))
+    news = p.feed("\n".join([line_by_line, step(100, 0, 6.0), group_start(100, 101), step(101, 0, 6.0),
+                              group_start(200), group_start(200), ""]))
+    assert [g.ranks for g in p.groups] == [{100: 0, 101: 1}, {200: 0}]
+    assert [n.describe() for n in news if not isinstance(n, StepMetrics)] == [
+        "worker group 2: Ray Train restarted training with 1 workers"]
 
 
 def test_error_lines_are_exception_lines_without_rays_prefix():

@@ -27,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 
 from training.jobs import submission_id_for
+from training.local_ray import LocalRayNode
 from training.progress import Progress
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +44,9 @@ class Drill:
     log: str
     progress: Progress
     killed_pid: int
-    killed_rank: int
+    """The worker's pid, or the pid of the lost node's ``ray start``."""
+    killed_rank: int | None
+    """None when a node was lost."""
     killed_at: float
     """time.time() of the SIGKILL."""
     last_step_seen: int
@@ -59,7 +62,7 @@ class Drill:
 
     @property
     def resumed_group(self):
-        return self.progress.groups[1]
+        return self.progress.groups[-1]
 
     @property
     def steps_lost(self) -> int:
@@ -109,7 +112,7 @@ def alive_train_worker_pids(address: str) -> set[int]:
 
 
 def kill_a_worker(address: str, out_dir: Path, run_name: str, steps: int, checkpoint_period: int,
-                  rank: int = 0, timeout_s: float = 480) -> Drill:
+                  rank: int | None = 0, node: LocalRayNode | None = None, timeout_s: float = 480) -> Drill:
     from ray.job_submission import JobSubmissionClient
 
     client = JobSubmissionClient(address)
@@ -135,14 +138,20 @@ def kill_a_worker(address: str, out_dir: Path, run_name: str, steps: int, checkp
             if not progress.steps:
                 continue
             if pid is None:  # the group is up: look its worker up once, off the kill's critical path
-                pid = {r: p for p, r in progress.groups[-1].ranks.items()}[rank]
-                alive = alive_train_worker_pids(address)
-                assert pid in alive, (pid, alive)
+                if node is not None:
+                    pid, rank = node.proc.pid, None
+                else:
+                    pid = {r: p for p, r in progress.groups[-1].ranks.items()}[rank]
+                    alive = alive_train_worker_pids(address)
+                    assert pid in alive, (pid, alive)
                 continue
             saved = [c for c in committed_checkpoints(checkpoints) if c >= checkpoint_period]
             if saved and max(saved) < max(progress.steps) < max(saved) + checkpoint_period - 1:
                 break
-        os.kill(pid, signal.SIGKILL)
+        if node is not None:
+            node.kill()
+        else:
+            os.kill(pid, signal.SIGKILL)
         killed_at, last_seen = time.time(), max(progress.steps)
         time.sleep(1)
         at_kill = committed_checkpoints(checkpoints)

@@ -4,6 +4,8 @@
 stops exactly the processes it started (raylet, GCS, dashboard, workers) and
 nothing else on the machine; ``ray stop`` would kill every Ray on the host.
 Every port is picked free, so two local heads (two test sessions) coexist.
+``LocalRayNode`` adds a second node to such a head, for a drill that loses a
+whole node (``training.drill``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class LocalRayHead:
         self._proc: subprocess.Popen | None = None
         self._temp_dir: str | None = None
         self.address = ""
+        self.gcs_address = ""
 
     def __enter__(self) -> "LocalRayHead":
         try:
@@ -92,6 +95,7 @@ class LocalRayHead:
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         self.address = f"http://127.0.0.1:{ports['--dashboard-port']}"
+        self.gcs_address = f"127.0.0.1:{ports['--port']}"
         self._wait_ready()
 
     def _wait_ready(self) -> None:
@@ -131,6 +135,77 @@ class LocalRayHead:
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir = None
+
+
+_NODE_PORT_FLAGS = (
+    "--node-manager-port",
+    "--object-manager-port",
+    "--metrics-export-port",
+    "--dashboard-agent-listen-port",
+    "--dashboard-agent-grpc-port",
+    "--runtime-env-agent-port",
+)
+
+
+class LocalRayNode:
+    """``with LocalRayNode(head, num_cpus=1, log_path=...) as node:`` a worker node of ``head``;
+    ``node.kill()`` SIGKILLs all its processes at once, as when a VM is reclaimed."""
+
+    def __init__(self, head: LocalRayHead, num_cpus: int, log_path: Path, startup_timeout_s: float = 120.0):
+        self.head = head
+        self.num_cpus = num_cpus
+        self.log_path = log_path
+        self.startup_timeout_s = startup_timeout_s
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "LocalRayNode":
+        try:
+            self._start()
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.kill()
+
+    def _alive_nodes(self) -> int | None:
+        """Alive nodes of the cluster, or None while the head's state API is not up yet."""
+        from ray.util.state import list_nodes
+        from ray.util.state.exception import RayStateApiException
+
+        try:
+            return len(list_nodes(address=self.head.address, filters=[("state", "=", "ALIVE")]))
+        except RayStateApiException:
+            return None
+
+    def _start(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while (before := self._alive_nodes()) is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        bin_dir = Path(sys.executable).parent
+        ports = dict(zip(_NODE_PORT_FLAGS, free_ports(len(_NODE_PORT_FLAGS))))
+        cmd = [
+            str(bin_dir / "ray"), "start", f"--address={self.head.gcs_address}", "--block",
+            "--node-ip-address=127.0.0.1", f"--num-cpus={self.num_cpus}", "--object-store-memory=268435456",
+            "--disable-usage-stats", *(f"{flag}={port}" for flag, port in ports.items()),
+        ]
+        env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        while (self._alive_nodes() or 0) <= (before or 1):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise ClusterError(f"the local Ray node did not join {self.head.gcs_address} (log: {self.log_path})")
+            time.sleep(0.5)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                _group_gone(self.proc, 10)
+            except ProcessLookupError:
+                pass
+            self.proc = None
 
 
 def _group_gone(proc: subprocess.Popen, wait_s: float) -> bool:

@@ -157,12 +157,17 @@ class Progress:
 
     def _line(self, line: str) -> list[News]:
         if m := _GROUP.search(line):
-            group = WorkerGroup(len(self.groups) + 1, workers=int(m.group(1)))
-            self.groups.append(group)
-            return [Restarted(group.number, group.workers)] if group.number > 1 else []
-        if m := _MEMBER.search(line):
-            self._current().ranks[int(m.group(1))] = int(m.group(2))
+            if not self.groups or self.groups[-1].ranks:  # else: the same start, logged twice
+                self.groups.append(WorkerGroup(len(self.groups) + 1, workers=int(m.group(1))))
             return []
+        if m := _MEMBER.search(line):
+            group, pid = self._current(), int(m.group(1))
+            if not group.ranks and len(self.groups) > 1 and pid in self.groups[-2].ranks:
+                self.groups.pop()  # the same start logged twice (two log monitors on one host)
+                return []
+            first = not group.ranks
+            group.ranks[pid] = int(m.group(2))
+            return [Restarted(group.number, group.workers)] if first and group.number > 1 else []
         if m := _RESTORE.search(line):
             group = self._group_of(line)
             first = group.restored_step is None
