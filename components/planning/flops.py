@@ -64,10 +64,8 @@ class StepFlops:
         return self.learnable_weight_tflops + self.attention_tflops
 
 
-def training_tflops_per_device(
-    model: str | ModelShape, per_device_batch_size: float, max_target_length: int
-) -> StepFlops:
-    m = get_model(model)
+def check_batch_and_length(per_device_batch_size: object, max_target_length: object) -> None:
+    """The two MaxText batch keys every estimate reads: a positive batch, a positive integer length."""
     if (
         isinstance(per_device_batch_size, bool)
         or not isinstance(per_device_batch_size, (int, float))
@@ -80,6 +78,13 @@ def training_tflops_per_device(
         or max_target_length <= 0
     ):
         raise ConfigError("max_target_length", max_target_length, "a positive integer")
+
+
+def training_tflops_per_device(
+    model: str | ModelShape, per_device_batch_size: float, max_target_length: int
+) -> StepFlops:
+    m = get_model(model)
+    check_batch_and_length(per_device_batch_size, max_target_length)
     bs = per_device_batch_size * max_target_length
     d = m.d_model
     ffn = 2 * bs * m.mlp_dim * d * (m.num_mlp_activations + 1)

@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from components.errors import ConfigError
+from components.planning.flops import check_batch_and_length
 from components.planning.mesh import Mesh, resolve_mesh
 from components.planning.models import MODELS, ModelShape, get_model
 from components.tpu_catalogue import SliceShape
@@ -308,18 +309,7 @@ def estimate_hbm(
         raise ConfigError("topology", shape, "a SliceShape from tpu_catalogue.slice_shape()")
     mesh: Mesh = resolve_mesh(parallelism, shape.chips, num_slices)
     policy = get_remat_policy(remat_policy)
-    if (
-        isinstance(per_device_batch_size, bool)
-        or not isinstance(per_device_batch_size, (int, float))
-        or per_device_batch_size <= 0
-    ):
-        raise ConfigError("per_device_batch_size", per_device_batch_size, "a number > 0")
-    if (
-        isinstance(max_target_length, bool)
-        or not isinstance(max_target_length, int)
-        or max_target_length <= 0
-    ):
-        raise ConfigError("max_target_length", max_target_length, "a positive integer")
+    check_batch_and_length(per_device_batch_size, max_target_length)
     if opt_type not in SUPPORTED_OPTIMIZERS:
         raise ConfigError("opt_type", opt_type, f"one of {', '.join(SUPPORTED_OPTIMIZERS)}")
     w_bytes = _dtype_bytes("weight_dtype", weight_dtype)
