@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
+import os
 import shlex
+import signal
 import socket
 import threading
+import warnings
 
 import aiohttp
 import pytest
@@ -361,6 +365,54 @@ def test_a_job_stopped_from_outside_exits_1_saying_stopped(capsys, tmp_path, dev
         "[submit] maxtext-s was STOPPED (Ctrl-C, `ray job stop` or the dashboard)",
         "[submit] run the same command again to resume run s from its latest checkpoint as a new attempt",
     ]
+
+
+class InterruptedCluster(FakeJobsClient):
+    """A running job whose log stream gets a real SIGINT (Ctrl-C) after its first chunk."""
+
+    async def tail_job_logs(self, sid):
+        import asyncio
+
+        self.streams += 1
+        yield "step: 0, loss: 6.061\n"
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.sleep(60)
+
+
+def test_ctrl_c_while_streaming_stops_the_job_and_exits_130_cleanly(capsys, tmp_path, dev_outputs, fake_cluster):
+    cluster = fake_cluster(InterruptedCluster(final="RUNNING"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--quiet", "run_name=c")
+        gc.collect()
+    assert (rc, cluster.stopped) == (130, ["maxtext-c"]), err
+    assert "[submit] interrupted: stopping maxtext-c" in err and "Traceback" not in err
+    assert [str(w.message) for w in caught if issubclass(w.category, (RuntimeWarning, ResourceWarning))] == []
+
+
+def test_the_log_streams_event_loop_is_built_before_the_job_is_submitted(capsys, tmp_path, dev_outputs, fake_cluster,
+                                                                         delays, monkeypatch):
+    """Ctrl-C may land any time after the submission; a loop half-built at that moment prints a traceback
+    from its finaliser (seen in CI), so no loop may be built after the job exists."""
+    import asyncio
+
+    events: list[str] = []
+    build_loop = asyncio.events.new_event_loop
+
+    def recording_new_event_loop():
+        events.append("loop")
+        return build_loop()
+
+    class RecordingCluster(FakeJobsClient):
+        def submit_job(self, **kwargs):
+            events.append("submit")
+            return super().submit_job(**kwargs)
+
+    monkeypatch.setattr(asyncio.events, "new_event_loop", recording_new_event_loop)
+    fake_cluster(RecordingCluster(log=STEPS_LOG, drop_stream=2))
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--quiet", "run_name=order")
+    assert rc == 0, err
+    assert events == ["loop", "submit"]
 
 
 # --- progress ------------------------------------------------------------------------------

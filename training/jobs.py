@@ -69,12 +69,29 @@ def decide(run_name: str, jobs: dict[int, str]) -> Next:
 
 
 class JobsApi:
-    """The JobSubmissionClient calls of the submit command, retried, each failure one ClusterError."""
+    """The JobSubmissionClient calls of the submit command, retried, each failure one ClusterError.
+
+    A context manager: the event loop that streams logs is built on entry, before
+    anything is submitted. Ctrl-C can arrive at any moment after the submission;
+    building a loop inside that window could leave a half-built loop whose
+    finaliser prints a traceback.
+    """
 
     def __init__(self, client, log: Callable[[str], None], backoff: retry.Backoff | None = None):
         self.client = client
         self.log = log
         self.backoff = backoff
+        self._runner: asyncio.Runner | None = None
+
+    def __enter__(self) -> "JobsApi":
+        self._runner = asyncio.Runner()
+        self._runner.get_loop()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
 
     def _call(self, what: str, fn):
         try:
@@ -146,8 +163,17 @@ class JobsApi:
                     seen += len(new)
                     on_text(new)
 
+        def stream():
+            if self._runner is None:
+                raise RuntimeError("JobsApi.follow needs `with JobsApi(...) as api:`")
+            coro = tail()
+            try:
+                self._runner.run(coro)
+            finally:
+                coro.close()  # an interrupt before the first await leaves it unstarted: no "never awaited"
+
         try:
-            self._call(f"following the log of {sid}", lambda: asyncio.run(tail()))
+            self._call(f"following the log of {sid}", stream)
         except ClusterError as e:
             raise ClusterError(f"{e}; the job keeps running: run the same command again to follow it") from None
 

@@ -284,8 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     progress = Progress()
     started = time.monotonic()
     try:
-        with job_client(args, outputs, plan, log) as client:
-            api = JobsApi(client, log)
+        with job_client(args, outputs, plan, log) as client, JobsApi(client, log) as api:
             nxt = decide(run_name, api.run_jobs(run_name))
             if nxt.why:
                 log(nxt.why)
