@@ -145,6 +145,30 @@ def _matches_any(value: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(value, pattern) for pattern in patterns)
 
 
+_JSON_TYPES = {bool: "boolean", int: "integer", str: "string"}
+
+
+def _option(default: Any, description: str, item: type = str) -> dict:
+    """One ``--policy-pack-config`` key's schema; its JSON type follows ``default`` (lists hold ``item``)."""
+    if isinstance(default, list):
+        return {"type": "array", "items": {"type": _JSON_TYPES[item]}, "default": default, "description": description}
+    return {"type": _JSON_TYPES[type(default)], "default": default, "description": description}
+
+
+def _rule(name: str, description: str, validate, severity: Severity, options: Optional[dict] = None,
+          remediation: Optional[str] = None) -> ResourceValidationPolicy:
+    """A mandatory rule of this pack: every rule protects something a reviewer must not wave through."""
+    return ResourceValidationPolicy(
+        name=name,
+        description=description,
+        validate=validate,
+        enforcement_level=EnforcementLevel.MANDATORY,
+        severity=severity,
+        config_schema=PolicyConfigSchema(properties=dict(options)) if options else None,
+        remediation_steps=remediation,
+    )
+
+
 # ----------------------------------------------------------------------------- DCN networks
 
 
@@ -164,19 +188,13 @@ def is_dcn_network(args: ResourceValidationArgs) -> bool:
 
 
 _DCN_SELECTOR_SCHEMA = {
-    "dcnComponentTypes": {
-        "type": "array",
-        "items": {"type": "string"},
-        "default": DCN_COMPONENT_TYPES,
-        "description": "Component types whose child networks are DCN networks (matched in the URN's type chain).",
-    },
-    "dcnNetworkNamePatterns": {
-        "type": "array",
-        "items": {"type": "string"},
-        "default": [],
-        "description": "Extra glob patterns (logical or GCP network name), e.g. '*-net-*', for DCN networks "
+    "dcnComponentTypes": _option(
+        DCN_COMPONENT_TYPES, "Component types whose child networks are DCN networks (matched in the URN's type chain)."
+    ),
+    "dcnNetworkNamePatterns": _option(
+        [], "Extra glob patterns (logical or GCP network name), e.g. '*-net-*', for DCN networks "
         "created outside the component.",
-    },
+    ),
 }
 
 
@@ -207,29 +225,22 @@ def validate_dcn_network_custom_subnets(args: ResourceValidationArgs, report_vio
         )
 
 
-dcn_network_mtu = ResourceValidationPolicy(
-    name="dcn-network-mtu",
-    description="TPU DCN networks must use the jumbo MTU (8896) that multislice traffic is tuned for.",
-    validate=validate_dcn_network_mtu,
-    enforcement_level=EnforcementLevel.MANDATORY,
-    severity=Severity.HIGH,
-    config_schema=PolicyConfigSchema(
-        properties={
-            "mtu": {"type": "integer", "default": DCN_MTU, "description": "Required MTU of DCN networks."},
-            **_DCN_SELECTOR_SCHEMA,
-        }
-    ),
-    remediation_steps="Create DCN networks with DcnNetworks (mtu defaults to 8896) or pass mtu=8896 to "
+dcn_network_mtu = _rule(
+    "dcn-network-mtu",
+    "TPU DCN networks must use the jumbo MTU (8896) that multislice traffic is tuned for.",
+    validate_dcn_network_mtu,
+    Severity.HIGH,
+    {"mtu": _option(DCN_MTU, "Required MTU of DCN networks."), **_DCN_SELECTOR_SCHEMA},
+    remediation="Create DCN networks with DcnNetworks (mtu defaults to 8896) or pass mtu=8896 to "
     "gcp.compute.Network.",
 )
 
-dcn_network_custom_subnets = ResourceValidationPolicy(
-    name="dcn-network-custom-subnets",
-    description="TPU DCN networks must be custom-mode VPCs (autoCreateSubnetworks=false).",
-    validate=validate_dcn_network_custom_subnets,
-    enforcement_level=EnforcementLevel.MANDATORY,
-    severity=Severity.MEDIUM,
-    config_schema=PolicyConfigSchema(properties=dict(_DCN_SELECTOR_SCHEMA)),
+dcn_network_custom_subnets = _rule(
+    "dcn-network-custom-subnets",
+    "TPU DCN networks must be custom-mode VPCs (autoCreateSubnetworks=false).",
+    validate_dcn_network_custom_subnets,
+    Severity.MEDIUM,
+    _DCN_SELECTOR_SCHEMA,
 )
 
 
@@ -262,22 +273,14 @@ def validate_tpu_gvnic(args: ResourceValidationArgs, report_violation: ReportVio
             )
 
 
-tpu_node_pool_gvnic = ResourceValidationPolicy(
-    name="tpu-node-pool-gvnic",
-    description="TPU node pools must enable gVNIC (nodeConfig.gvnic.enabled).",
-    validate=validate_tpu_gvnic,
-    enforcement_level=EnforcementLevel.MANDATORY,
-    severity=Severity.HIGH,
-    config_schema=PolicyConfigSchema(
-        properties={
-            "tpuMachineTypePrefixes": {
-                "type": "array",
-                "items": {"type": "string"},
-                "default": TPU_MACHINE_TYPE_PREFIXES,
-                "description": "Machine-type prefixes that mark a node pool as a TPU pool.",
-            }
-        }
-    ),
+tpu_node_pool_gvnic = _rule(
+    "tpu-node-pool-gvnic",
+    "TPU node pools must enable gVNIC (nodeConfig.gvnic.enabled).",
+    validate_tpu_gvnic,
+    Severity.HIGH,
+    {"tpuMachineTypePrefixes": _option(
+        TPU_MACHINE_TYPE_PREFIXES, "Machine-type prefixes that mark a node pool as a TPU pool."
+    )},
 )
 
 
@@ -343,38 +346,28 @@ def validate_bucket_iam_not_public(args: ResourceValidationArgs, report_violatio
         )
 
 
-bucket_public_access_prevention = ResourceValidationPolicy(
-    name="bucket-public-access-prevention",
-    description="Storage buckets must set publicAccessPrevention='enforced'.",
-    validate=validate_bucket_public_access_prevention,
-    enforcement_level=EnforcementLevel.MANDATORY,
-    severity=Severity.CRITICAL,
+bucket_public_access_prevention = _rule(
+    "bucket-public-access-prevention",
+    "Storage buckets must set publicAccessPrevention='enforced'.",
+    validate_bucket_public_access_prevention,
+    Severity.CRITICAL,
 )
 
-bucket_uniform_access = ResourceValidationPolicy(
-    name="bucket-uniform-access",
-    description="Storage buckets must enable uniform bucket-level access.",
-    validate=validate_bucket_uniform_access,
-    enforcement_level=EnforcementLevel.MANDATORY,
-    severity=Severity.HIGH,
+bucket_uniform_access = _rule(
+    "bucket-uniform-access",
+    "Storage buckets must enable uniform bucket-level access.",
+    validate_bucket_uniform_access,
+    Severity.HIGH,
 )
 
-bucket_iam_not_public = ResourceValidationPolicy(
-    name="bucket-iam-not-public",
-    description="Bucket IAM must not grant anything to allUsers or allAuthenticatedUsers.",
-    validate=validate_bucket_iam_not_public,
-    enforcement_level=EnforcementLevel.MANDATORY,
-    severity=Severity.CRITICAL,
-    config_schema=PolicyConfigSchema(
-        properties={
-            "publicPrincipals": {
-                "type": "array",
-                "items": {"type": "string"},
-                "default": PUBLIC_PRINCIPALS,
-                "description": "Principals that make a grant public (compared case-insensitively).",
-            }
-        }
-    ),
+bucket_iam_not_public = _rule(
+    "bucket-iam-not-public",
+    "Bucket IAM must not grant anything to allUsers or allAuthenticatedUsers.",
+    validate_bucket_iam_not_public,
+    Severity.CRITICAL,
+    {"publicPrincipals": _option(
+        PUBLIC_PRINCIPALS, "Principals that make a grant public (compared case-insensitively)."
+    )},
 )
 
 
@@ -402,23 +395,14 @@ def validate_storage_iam_bucket_scoped(args: ResourceValidationArgs, report_viol
         )
 
 
-storage_iam_bucket_scoped = ResourceValidationPolicy(
-    name="storage-iam-bucket-scoped",
-    description="Storage roles (roles/storage.*) may only be granted on buckets, not on projects, folders "
-    "or organizations.",
-    validate=validate_storage_iam_bucket_scoped,
-    enforcement_level=EnforcementLevel.MANDATORY,
-    severity=Severity.HIGH,
-    config_schema=PolicyConfigSchema(
-        properties={
-            "allowedRoles": {
-                "type": "array",
-                "items": {"type": "string"},
-                "default": [],
-                "description": "roles/storage.* roles that may still be granted project-wide (reviewed exceptions).",
-            }
-        }
-    ),
+storage_iam_bucket_scoped = _rule(
+    "storage-iam-bucket-scoped",
+    "Storage roles (roles/storage.*) may only be granted on buckets, not on projects, folders or organizations.",
+    validate_storage_iam_bucket_scoped,
+    Severity.HIGH,
+    {"allowedRoles": _option(
+        [], "roles/storage.* roles that may still be granted project-wide (reviewed exceptions)."
+    )},
 )
 
 
@@ -502,24 +486,21 @@ def validate_ray_dashboard_not_exposed(args: ResourceValidationArgs, report_viol
             )
 
 
-ray_dashboard_not_exposed = ResourceValidationPolicy(
-    name="ray-dashboard-not-exposed",
-    description="The Ray dashboard / Jobs API (8265) and Ray client (10001) must not be exposed through a "
+ray_dashboard_not_exposed = _rule(
+    "ray-dashboard-not-exposed",
+    "The Ray dashboard / Jobs API (8265) and Ray client (10001) must not be exposed through a "
     "LoadBalancer or NodePort Service.",
-    validate=validate_ray_dashboard_not_exposed,
-    enforcement_level=EnforcementLevel.MANDATORY,
-    severity=Severity.CRITICAL,
-    config_schema=PolicyConfigSchema(
-        properties={
-            "allowInternalLoadBalancer": {
-                "type": "boolean",
-                "default": False,
-                "description": "Accept a LoadBalancer annotated as GKE internal (VPC-only) load balancer.",
-            },
-            "rayPorts": {"type": "array", "items": {"type": "integer"}, "default": RAY_HEAD_PORTS},
-            "rayPortNames": {"type": "array", "items": {"type": "string"}, "default": RAY_HEAD_PORT_NAMES},
-        }
-    ),
+    validate_ray_dashboard_not_exposed,
+    Severity.CRITICAL,
+    {
+        "allowInternalLoadBalancer": _option(
+            False, "Accept a LoadBalancer annotated as GKE internal (VPC-only) load balancer."
+        ),
+        "rayPorts": _option(RAY_HEAD_PORTS, "Service ports that reach the Ray head's dashboard or client.", int),
+        "rayPortNames": _option(
+            RAY_HEAD_PORT_NAMES, "Service port names that reach the Ray head's dashboard or client."
+        ),
+    },
 )
 
 
@@ -541,22 +522,14 @@ def validate_cluster_deletion_protection(args: ResourceValidationArgs, report_vi
         )
 
 
-cluster_deletion_protection = ResourceValidationPolicy(
-    name="cluster-deletion-protection",
-    description="GKE clusters keep deletionProtection outside dev stacks.",
-    validate=validate_cluster_deletion_protection,
-    enforcement_level=EnforcementLevel.MANDATORY,
-    severity=Severity.HIGH,
-    config_schema=PolicyConfigSchema(
-        properties={
-            "nonProdStacks": {
-                "type": "array",
-                "items": {"type": "string"},
-                "default": NON_PROD_STACKS,
-                "description": "Stack names (glob patterns, e.g. 'dev-*') that may disable deletion protection.",
-            }
-        }
-    ),
+cluster_deletion_protection = _rule(
+    "cluster-deletion-protection",
+    "GKE clusters keep deletionProtection outside dev stacks.",
+    validate_cluster_deletion_protection,
+    Severity.HIGH,
+    {"nonProdStacks": _option(
+        NON_PROD_STACKS, "Stack names (glob patterns, e.g. 'dev-*') that may disable deletion protection."
+    )},
 )
 
 

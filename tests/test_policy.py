@@ -91,6 +91,18 @@ def test_config_schema_defaults_match_code_defaults():
     json.dumps(schema)
 
 
+def test_every_config_key_is_described_and_its_default_fits_its_own_schema():
+    jsonschema = pytest.importorskip("jsonschema")
+    keys = [(p.name, key, spec) for p in P.POLICIES if p.config_schema
+            for key, spec in p.config_schema.properties.items()]
+    assert len(keys) == 12
+    for policy, key, spec in keys:
+        assert spec.get("description"), (policy, key)
+        jsonschema.validate(spec["default"], spec)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(["8265"], P._option([8265], "ports", int))
+
+
 def test_parse_urn_reads_stack_project_and_full_type_chain():
     u = "urn:pulumi:prod::gke-ray-tpu::gke-ray-tpu:index:GkeRayCluster$gke-ray-tpu:index:DcnNetworks$gcp:compute/network:Network::dcn-net-1"
     stack, project, chain, name = P.parse_urn(u)
