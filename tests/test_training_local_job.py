@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
+import re
 import select
 import signal
 import socket
@@ -27,6 +29,13 @@ from training.progress import Progress
 from training.testing import FakeCoreV1, pod
 
 RUN = "pytest-tiny"
+
+
+def reported_losses(err: str, prefix: str) -> tuple[float, float]:
+    """The first and last loss of a ``<prefix>, loss A -> B`` line the submit command printed."""
+    match = re.search(re.escape(prefix) + r", loss (\S+) -> (\S+?)[,;]", err)
+    assert match, err
+    return float(match.group(1)), float(match.group(2))
 
 
 @pytest.fixture(scope="session")
@@ -84,7 +93,13 @@ def test_the_same_run_again_reports_it_and_submits_nothing(ray_head, local_job):
     assert rc == 0, err
     sid = submission_id_for(RUN)
     assert f"[submit] {sid} already SUCCEEDED; nothing to submit" in err
-    assert f"[submit] {sid} SUCCEEDED: 10 steps, loss 6.061 -> " in err
+    # The report is read back from the finished job's log: the same figures the job logged.
+    progress = Progress()
+    progress.feed(client.get_job_logs(sid))
+    progress.flush()
+    first, last = reported_losses(err, f"[submit] {sid} SUCCEEDED: 10 steps")
+    assert (first, last) == (round(progress.first.loss, 3), round(progress.last.loss, 3))
+    assert math.isfinite(first) and math.isfinite(last) and last < first
     assert len(client.list_jobs()) == jobs_before
 
 
