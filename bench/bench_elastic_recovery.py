@@ -1,6 +1,6 @@
 """Recovery of the local elastic job after one training worker is SIGKILLed.
 
-The scenario of tests/test_training_elastic.py (``training.drill``): a local Ray
+The scenario of tests/test_training_elastic.py (``tests/drill.py``): a local Ray
 head, the tiny MaxText model on 2 CPU workers, num_workers=(1, 2), the worker of
 ``--rank`` killed once the checkpoint of step ``--checkpoint-period`` is
 committed and a later step is logged. ``--lose node`` instead runs the two
@@ -43,8 +43,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from training.drill import kill_a_worker  # noqa: E402
-from training.local_ray import LocalRayHead, LocalRayNode  # noqa: E402
+from tests.drill import kill_a_worker  # noqa: E402
+from training.driver.local_ray import LocalRayHead, LocalRayNode  # noqa: E402
 
 
 def clock(epoch: float) -> str:

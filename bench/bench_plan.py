@@ -1,4 +1,4 @@
-"""How long the offline plan takes, as a multiple of importing the Pulumi SDKs alone.
+"""How long the offline preview takes, as a multiple of importing the Pulumi SDKs alone.
 
 Both commands run as fresh processes, alternated in one session so machine
 noise hits both alike; the ratio is what to compare across machines.
@@ -24,7 +24,7 @@ COMMANDS = {
         "import pulumi_gcp.compute, pulumi_gcp.container, pulumi_gcp.storage, pulumi_gcp.organizations,"
         " pulumi_kubernetes.core.v1, pulumi_kubernetes.apiextensions, pulumi_kubernetes.resource.v1",
     ],
-    "python -m components.plan (dev stack)": [sys.executable, "-m", "components.plan", "--stack", "dev"],
+    "python -m stack.preview (dev stack)": [sys.executable, "-m", "stack.preview", "--stack", "dev"],
 }
 
 

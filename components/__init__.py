@@ -1,9 +1,11 @@
 """Reusable Pulumi components for multislice Ray Train on GKE TPUs.
 
 ``from components import DcnNetworks, TpuSliceNodePool, GcsWorkloadIdentity,
-RayTpuCluster, GkeRayCluster`` gives another stack the building blocks. The
-names are resolved lazily so the pure-data modules (``components.tpu_catalogue``)
-import without the Pulumi SDKs, which the Ray workers do not have.
+RayTpuCluster, GkeRayCluster`` gives another Python stack the building blocks;
+``provider/`` hosts the same classes as a Pulumi package for any language. Each
+component takes what it builds on as input (a cluster resource, a Kubernetes
+provider) and parses no stack config. Names resolve lazily, so importing one
+component does not import the SDKs of the others.
 """
 
 from importlib import import_module
@@ -11,6 +13,7 @@ from importlib import import_module
 _EXPORTS = {
     "DcnNetworks": "components.dcn_networks",
     "DcnNetworksArgs": "components.dcn_networks",
+    "AdditionalNetwork": "components.dcn_networks",
     "GkeRayCluster": "components.gke_cluster",
     "GkeRayClusterArgs": "components.gke_cluster",
     "TpuSliceNodePool": "components.tpu_slice_node_pool",

@@ -1,43 +1,65 @@
 """GcsWorkloadIdentity: the checkpoint bucket and the Kubernetes identity that may use it."""
 
-from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Optional
+from typing import NotRequired, Optional, TypedDict
 
 import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from components._options import child_options
-from components.errors import ConfigError
-from components.stack_config import BUCKET_DELETION_POLICIES, check_bucket_name
+from core.errors import ConfigError
+from core.naming import DNS_LABEL, DNS_SUBDOMAIN, check_bucket_name
 
 BUCKET_ROLE = "roles/storage.objectUser"
 """Read, write, list and delete objects; no bucket or IAM administration."""
+BUCKET_DELETION_POLICIES = ("retain", "delete-empty", "force")
+DEFAULT_BUCKET_DELETION = "retain"
+DEFAULT_NAMESPACE = "default"
+DEFAULT_KSA_NAME = "ray-tpu-ksa"
 
 
-@dataclass
-class GcsWorkloadIdentityArgs:
-    """Inputs of :class:`GcsWorkloadIdentity`."""
+class GcsWorkloadIdentityArgs(TypedDict):
+    """Inputs of GcsWorkloadIdentity."""
 
     bucket_name: str
-    """Globally unique GCS bucket name for checkpoints and logs."""
+    """Globally unique Cloud Storage bucket name for checkpoints and logs (Google's bucket naming rules; no dots)."""
     location: str
     """Bucket location: the slices' region, so checkpoint traffic stays regional."""
     project: str
-    """Project ID that owns the bucket and the Workload Identity pool ``<project>.svc.id.goog``."""
+    """Project ID that owns the bucket and the Workload Identity pool <project>.svc.id.goog."""
     project_number: pulumi.Input[str]
-    """Numeric project number used in the ``principal://`` member."""
-    namespace: str = "default"
-    """Kubernetes namespace of the service account."""
-    ksa_name: str = "ray-tpu-ksa"
-    """Kubernetes service account the Ray pods run as."""
-    bucket_deletion: str = "retain"
-    """What ``pulumi destroy`` does to the bucket: ``retain`` (default: drop it from the
-    stack, keep it and its checkpoints), ``delete-empty`` (delete; GCS refuses while
-    objects remain, so destroy stops instead of losing data) or ``force`` (delete it
-    with every object in it)."""
+    """Numeric project number, used in the principal:// member."""
+    namespace: NotRequired[str]
+    """Kubernetes namespace of the service account (it must exist). Default: default."""
+    ksa_name: NotRequired[str]
+    """Kubernetes service account the Ray pods run as. Default: ray-tpu-ksa."""
+    bucket_deletion: NotRequired[str]
+    """What pulumi destroy does to the bucket: retain (the default: drop it from the stack, keep it and its checkpoints), delete-empty (delete; Cloud Storage refuses while objects remain, so destroy stops instead of losing data) or force (delete it with every object)."""
+
+
+MAX_SUBJECT = 127
+"""Workload Identity Federation keeps a principal's google.subject to 127 characters."""
+
+
+def check_subject(namespace: str, ksa_name: str, key: str) -> None:
+    """The KSA's principal:// subject, ``ns/<namespace>/sa/<ksa>``, must fit Workload Identity Federation."""
+    subject = f"ns/{namespace}/sa/{ksa_name}"
+    if len(subject) > MAX_SUBJECT:
+        raise ConfigError(
+            key, ksa_name,
+            f"a name whose Workload Identity subject {subject[:40]}... ({len(subject)} characters) "
+            f"is at most {MAX_SUBJECT} characters",
+        )
+
+
+def check_args(args: GcsWorkloadIdentityArgs, prefix: str = "GcsWorkloadIdentityArgs.") -> None:
+    check_bucket_name(args["bucket_name"], f"{prefix}bucket_name")
+    namespace = DNS_LABEL.check(args.get("namespace", DEFAULT_NAMESPACE), f"{prefix}namespace")
+    ksa_name = DNS_SUBDOMAIN.check(args.get("ksa_name", DEFAULT_KSA_NAME), f"{prefix}ksa_name")
+    check_subject(namespace, ksa_name, f"{prefix}ksa_name")
+    deletion = args.get("bucket_deletion", DEFAULT_BUCKET_DELETION)
+    if deletion not in BUCKET_DELETION_POLICIES:
+        raise ConfigError(f"{prefix}bucket_deletion", deletion, f"one of {', '.join(BUCKET_DELETION_POLICIES)}")
 
 
 def workload_identity_member(project: str, project_number: str, namespace: str, ksa_name: str) -> str:
@@ -52,46 +74,44 @@ class GcsWorkloadIdentity(pulumi.ComponentResource):
     """A private, uniform-access STANDARD bucket, a KSA, and a bucket-scoped role for the KSA.
 
     The binding is on the bucket, not the project, and names the KSA directly
-    as a ``principal://`` member, so no Google service account or key exists.
-    ``principal://`` members only work on buckets with uniform bucket-level
-    access, which is also what keeps ACLs from reopening the bucket.
+    as a principal:// member, so no Google service account or key exists.
+    principal:// members only work on buckets with uniform bucket-level
+    access, which is also what keeps ACLs from reopening the bucket. Needs a
+    Kubernetes provider for the cluster (opts providers).
     """
 
-    bucket: gcp.storage.Bucket
-    service_account: k8s.core.v1.ServiceAccount
-    binding: gcp.storage.BucketIAMMember
+    bucket_name: pulumi.Output[str]
+    """The bucket's name."""
+    ksa_name: pulumi.Output[str]
+    """The Kubernetes service account's name."""
+    member: pulumi.Output[str]
+    """The principal:// member granted roles/storage.objectUser on the bucket."""
 
-    def __init__(
-        self,
-        name: str,
-        args: GcsWorkloadIdentityArgs,
-        opts: Optional[pulumi.ResourceOptions] = None,
-    ):
-        check_bucket_name(args.bucket_name, key=f"{name}.bucket_name")
-        if args.bucket_deletion not in BUCKET_DELETION_POLICIES:
-            raise ConfigError(
-                f"{name}.bucket_deletion", args.bucket_deletion, f"one of {', '.join(BUCKET_DELETION_POLICIES)}"
-            )
+    def __init__(self, name: str, args: GcsWorkloadIdentityArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        check_args(args)
         super().__init__("gke-ray-tpu:index:GcsWorkloadIdentity", name, None, opts)
+        namespace = args.get("namespace", DEFAULT_NAMESPACE)
+        ksa_name = args.get("ksa_name", DEFAULT_KSA_NAME)
+        deletion = args.get("bucket_deletion", DEFAULT_BUCKET_DELETION)
 
         self.bucket = gcp.storage.Bucket(
             f"{name}-bucket",
-            name=args.bucket_name,
-            project=args.project,
-            location=args.location,
+            name=args["bucket_name"],
+            project=args["project"],
+            location=args["location"],
             storage_class="STANDARD",
             uniform_bucket_level_access=True,
             public_access_prevention="enforced",
-            force_destroy=args.bucket_deletion == "force",
-            opts=child_options(self, opts, retain_on_delete=args.bucket_deletion == "retain"),
+            force_destroy=deletion == "force",
+            opts=child_options(self, opts, retain_on_delete=deletion == "retain"),
         )
         self.service_account = k8s.core.v1.ServiceAccount(
             f"{name}-ksa",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=args.ksa_name, namespace=args.namespace),
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=ksa_name, namespace=namespace),
             opts=child_options(self, opts),
         )
-        self.member = pulumi.Output.from_input(args.project_number).apply(
-            lambda number: workload_identity_member(args.project, number, args.namespace, args.ksa_name)
+        self.member = pulumi.Output.from_input(args["project_number"]).apply(
+            lambda number: workload_identity_member(args["project"], number, namespace, ksa_name)
         )
         self.binding = gcp.storage.BucketIAMMember(
             f"{name}-object-user",

@@ -1,19 +1,19 @@
 """The Kubernetes objects of a multislice TPU RayCluster, as plain dicts.
 
-Pure functions (no Pulumi): the component registers them, the offline plan
+Pure functions (no Pulumi): RayTpuCluster registers them, the offline preview
 prints them as YAML, and the tests validate them against the KubeRay CRD and
-the Kubernetes schemas.
+the Kubernetes schemas. Values may be Pulumi Inputs (a bucket name from
+another resource); Pulumi resolves them inside the dicts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
-from components.tpu_catalogue import SliceShape
+from core.job_spec import DATA_MOUNT
+from core.tpu_catalogue import SliceShape
 
-DATA_MOUNT = "/data"
-"""Where every Ray pod sees the checkpoint bucket (MaxText's base_output_directory)."""
 DASHBOARD_PORT = 8265
 WORKER_GROUP = "tpu-group"
 NETDEV_DEVICE_CLASS = "netdev.google.com"
@@ -38,7 +38,8 @@ class RayClusterSpec:
     name: str
     namespace: str
     service_account: str
-    bucket_name: str
+    bucket_name: Any
+    """The checkpoint bucket's name (a str, or a Pulumi Input of one)."""
     shape: SliceShape
     num_slices: int
     min_slices: int
@@ -97,11 +98,7 @@ def resource_claim_template(spec: RayClusterSpec) -> dict:
                     "requests": [
                         {
                             "name": "req-netdev",
-                            "exactly": {
-                                "deviceClassName": NETDEV_DEVICE_CLASS,
-                                "allocationMode": "ExactCount",
-                                "count": spec.dcn_interfaces,
-                            },
+                            "exactly": _netdev_request(spec),
                         }
                     ]
                 }
@@ -110,16 +107,21 @@ def resource_claim_template(spec: RayClusterSpec) -> dict:
     }
 
 
+def _netdev_request(spec: RayClusterSpec) -> dict:
+    """Exactly the stack's DCN networks on Standard; on Autopilot the accelerator network
+    profile makes the networks, so the pod takes every netdev the node has (Google's sample)."""
+    if spec.compute_class:
+        return {"deviceClassName": NETDEV_DEVICE_CLASS, "allocationMode": "All"}
+    return {"deviceClassName": NETDEV_DEVICE_CLASS, "allocationMode": "ExactCount", "count": spec.dcn_interfaces}
+
+
 def compute_class(spec: RayClusterSpec) -> dict:
-    """Autopilot's way to ask for TPU nodes with DRANET: a ComputeClass with ANP ``auto``."""
-    priority: dict = {
-        "tpu": {
-            "type": spec.shape.generation.gke_accelerator,
-            "count": spec.shape.chips_per_host,
-            "topology": spec.shape.topology,
-        },
-        "spot": spec.spot,
-    }
+    """Autopilot's way to ask for TPU nodes with DRANET: a ComputeClass with ANP ``auto``.
+
+    As Google's DRANET sample for TPUs: the machine type in the priority, the
+    accelerator and topology from the worker pods' node selectors.
+    """
+    priority: dict = {"machineType": spec.shape.machine_type, "spot": spec.spot}
     if spec.dcn_interfaces:
         priority["acceleratorNetworkProfile"] = "auto"
     return {
@@ -200,8 +202,8 @@ def ray_cluster(spec: RayClusterSpec) -> dict:
             "requests": {"cpu": spec.worker_cpu, "memory": spec.worker_memory, "google.com/tpu": tpu},
         },
         "env": worker_env(spec),
-        # libtpu needs device and memlock access the default container profile does not grant.
-        "securityContext": {"privileged": True},
+        # No privileged securityContext (the tutorial's has one): GKE >= 1.28 gives TPU
+        # containers the device access without it, and Autopilot refuses privileged pods.
         "volumeMounts": _VOLUME_MOUNTS,
     }
     worker_pod: dict = {

@@ -1,14 +1,12 @@
 """RayTpuCluster: the KubeRay RayCluster (and DRA network claim) for multislice TPU training."""
 
-from __future__ import annotations
-
-from typing import Optional
+from typing import NotRequired, Optional, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components._options import child_options
-from components.errors import ConfigError
+from components.gcs_workload_identity import DEFAULT_KSA_NAME, DEFAULT_NAMESPACE
 from components.ray_manifests import (
     DASHBOARD_PORT,
     RayClusterSpec,
@@ -16,42 +14,121 @@ from components.ray_manifests import (
     ray_cluster,
     resource_claim_template,
 )
+from core.errors import ConfigError
+from core.naming import DNS_LABEL, DNS_SUBDOMAIN, RAY_CLUSTER_NAME, RAY_TPU_CLUSTER_NAME
+from core.tpu_catalogue import slice_shape
 
-RayTpuClusterArgs = RayClusterSpec
-"""Inputs of :class:`RayTpuCluster`: see :class:`components.ray_manifests.RayClusterSpec`."""
+DEFAULT_NAME = "maxtext-tpu-cluster"
+DEFAULT_IMAGE = "rayproject/ray:nightly-py312-tpu"
+"""The tutorial's image: the only TPU Ray image this stack is known to work with. It is a
+moving tag (pulled on every start); production stacks should pin a release or digest they tested."""
+DEFAULT_MEGASCALE_PORT = 9915
+
+
+class RayTpuClusterArgs(TypedDict):
+    """Inputs of RayTpuCluster."""
+
+    bucket_name: pulumi.Input[str]
+    """The checkpoint bucket, mounted at /data in every Ray pod through GCS FUSE."""
+    name: NotRequired[str]
+    """RayCluster name; the head Service is <name>-head-svc. Default: maxtext-tpu-cluster."""
+    namespace: NotRequired[str]
+    """Namespace of the RayCluster (it must exist). Default: default."""
+    service_account: NotRequired[str]
+    """Kubernetes service account of the Ray pods (GcsWorkloadIdentity's). Default: ray-tpu-ksa."""
+    generation: NotRequired[str]
+    """TPU generation of the slices. Default: v6e."""
+    topology: NotRequired[str]
+    """Slice topology. Default: 4x4."""
+    num_slices: NotRequired[int]
+    """Slices: the TPU worker group's replicas and MEGASCALE_NUM_SLICES. Default: 2."""
+    min_slices: NotRequired[int]
+    """Fewest slices an elastic job keeps training on (the group's minReplicas). Default: num_slices."""
+    dcn_interfaces: NotRequired[int]
+    """DCN NICs each TPU worker pod claims through DRANET (0: none). Default: what the generation's hosts offer (2 on v6e)."""
+    image: NotRequired[str]
+    """Ray image of the head and the workers. Default: the tutorial's rayproject/ray:nightly-py312-tpu."""
+    megascale_port: NotRequired[int]
+    """MEGASCALE_PORT of the workers. Default: 9915, as in the tutorial."""
+    compute_class: NotRequired[str]
+    """Autopilot: name of the ComputeClass created here to provision the TPU nodes with DRANET."""
+    spot: NotRequired[bool]
+    """The slices are Spot VMs (the workers select Spot nodes). Default: false."""
+
+
+def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") -> RayClusterSpec:
+    """The pure RayCluster spec, after every rule on the arguments."""
+    shape = slice_shape(
+        args.get("generation", "v6e"), args.get("topology", "4x4"), key=f"{prefix}topology", generation_key=f"{prefix}generation"
+    )
+    name = args.get("name", DEFAULT_NAME)
+    (RAY_TPU_CLUSTER_NAME if shape.multi_host else RAY_CLUSTER_NAME).check(name, f"{prefix}name")
+    num_slices = _integer(args.get("num_slices", 2), 1, 64, f"{prefix}num_slices")
+    min_slices = _integer(args.get("min_slices", num_slices), 1, num_slices, f"{prefix}min_slices")
+    nics = shape.generation.dcn_nics_per_host
+    dcn_interfaces = _integer(args.get("dcn_interfaces", nics), 0, nics, f"{prefix}dcn_interfaces")
+    namespace = DNS_LABEL.check(args.get("namespace", DEFAULT_NAMESPACE), f"{prefix}namespace")
+    service_account = DNS_SUBDOMAIN.check(args.get("service_account", DEFAULT_KSA_NAME), f"{prefix}service_account")
+    if "compute_class" in args:
+        DNS_LABEL.check(args["compute_class"], f"{prefix}compute_class")
+    return RayClusterSpec(
+        name=name,
+        namespace=namespace,
+        service_account=service_account,
+        bucket_name=args["bucket_name"],
+        shape=shape,
+        num_slices=num_slices,
+        min_slices=min_slices,
+        dcn_interfaces=dcn_interfaces,
+        image=args.get("image", DEFAULT_IMAGE),
+        megascale_port=_integer(args.get("megascale_port", DEFAULT_MEGASCALE_PORT), 1024, 65535, f"{prefix}megascale_port"),
+        compute_class=args.get("compute_class"),
+        spot=bool(args.get("spot", False)),
+    )
+
+
+def _integer(value: object, low: int, high: int, key: str) -> int:
+    """An integer in [low, high]; hosted components get JSON numbers (3.0), so whole floats count."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or not low <= value <= high:
+        raise ConfigError(key, value, f"an integer between {low} and {high}")
+    return int(value)
 
 
 class RayTpuCluster(pulumi.ComponentResource):
     """A RayCluster with one TPU worker group whose replicas are slices.
 
     Needs a Kubernetes provider for a cluster that has the GKE Ray operator
-    add-on (KubeRay + its TPU webhook), passed with ``opts=ResourceOptions(providers=[...])``.
-    ``numOfHosts`` is the slice's host count and ``google.com/tpu`` its chips
-    per host, both from the catalogue, which is exactly what the TPU webhook
-    checks before admitting the RayCluster.
+    add-on (KubeRay >= 1.4 and its TPU webhook), passed with opts providers.
+    numOfHosts is the slice's host count and google.com/tpu its chips per host,
+    both from the TPU catalogue, which is exactly what the TPU webhook checks
+    before admitting the RayCluster.
     """
 
-    claim_template: Optional[k8s.resource.v1.ResourceClaimTemplate]
-    compute_class: Optional[k8s.apiextensions.CustomResource]
-    ray_cluster: k8s.apiextensions.CustomResource
+    cluster_name: pulumi.Output[str]
+    """The RayCluster's name (known once it exists)."""
+    head_service: pulumi.Output[str]
+    """The head Service KubeRay creates: the dashboard and Jobs API, ClusterIP only."""
+    dashboard_port: pulumi.Output[int]
+    """The dashboard / Jobs API port of the head Service."""
 
     def __init__(self, name: str, args: RayTpuClusterArgs, opts: Optional[pulumi.ResourceOptions] = None):
-        _check(name, args)
+        spec = spec_from_args(args)
         super().__init__("gke-ray-tpu:index:RayTpuCluster", name, None, opts)
         child = child_options(self, opts)
         prerequisites = []
+        self.spec = spec
 
         self.claim_template = None
-        if args.dcn_interfaces:
-            claim = resource_claim_template(args)
+        if spec.dcn_interfaces:
+            claim = resource_claim_template(spec)
             self.claim_template = k8s.resource.v1.ResourceClaimTemplate(
                 f"{name}-netdev-claim", metadata=claim["metadata"], spec=claim["spec"], opts=child
             )
             prerequisites.append(self.claim_template)
 
         self.compute_class = None
-        if args.compute_class:
-            manifest = compute_class(args)
+        if spec.compute_class:
+            manifest = compute_class(spec)
             self.compute_class = k8s.apiextensions.CustomResource(
                 f"{name}-compute-class",
                 api_version=manifest["apiVersion"],
@@ -62,7 +139,7 @@ class RayTpuCluster(pulumi.ComponentResource):
             )
             prerequisites.append(self.compute_class)
 
-        manifest = ray_cluster(args)
+        manifest = ray_cluster(spec)
         self.ray_cluster = k8s.apiextensions.CustomResource(
             f"{name}-raycluster",
             api_version=manifest["apiVersion"],
@@ -72,24 +149,9 @@ class RayTpuCluster(pulumi.ComponentResource):
             opts=child_options(self, opts, depends_on=prerequisites),
         )
         # Tied to the resource so consumers of the name wait for the RayCluster to exist.
-        self.cluster_name = self.ray_cluster.urn.apply(lambda _: args.name)
-        self.head_service = args.head_service
+        self.cluster_name = self.ray_cluster.urn.apply(lambda _: spec.name)
+        self.head_service = pulumi.Output.from_input(spec.head_service)
+        self.dashboard_port = pulumi.Output.from_input(DASHBOARD_PORT)
         self.register_outputs(
-            {
-                "rayClusterName": self.cluster_name,
-                "headService": self.head_service,
-                "dashboardPort": DASHBOARD_PORT,
-            }
-        )
-
-
-def _check(name: str, args: RayTpuClusterArgs) -> None:
-    if args.num_slices < 1:
-        raise ConfigError(f"{name}.num_slices", args.num_slices, "an integer >= 1")
-    if not 1 <= args.min_slices <= args.num_slices:
-        raise ConfigError(f"{name}.min_slices", args.min_slices, f"an integer between 1 and {args.num_slices}")
-    nics = args.shape.generation.dcn_nics_per_host
-    if not 0 <= args.dcn_interfaces <= nics:
-        raise ConfigError(
-            f"{name}.dcn_interfaces", args.dcn_interfaces, f"between 0 and {nics} for {args.shape.machine_type}"
+            {"rayClusterName": self.cluster_name, "headService": self.head_service, "dashboardPort": self.dashboard_port}
         )

@@ -1,132 +1,169 @@
 """TpuSliceNodePool: one GKE node pool that is exactly one (multi-host) TPU slice."""
 
-from __future__ import annotations
-
-from dataclasses import dataclass, field
-from typing import Optional, Sequence
+import re
+from typing import NotRequired, Optional, Sequence, TypedDict
 
 import pulumi
 import pulumi_gcp as gcp
 
-from components.dcn_networks import DcnAttachment
 from components._options import child_options
-from components.errors import ConfigError
+from components.dcn_networks import AdditionalNetwork
 from components.gke_cluster import CLOUD_PLATFORM_SCOPE
-from components.tpu_catalogue import SliceShape, slice_shape
+from core.errors import ConfigError
+from core.naming import COMPUTE_NAME, GKE_NAME, PROJECT_ID
+from core.tpu_catalogue import SliceShape, slice_shape
 
 DRANET_NODE_LABEL = "cloud.google.com/gke-networking-dra-driver"
+DEFAULT_GENERATION = "v6e"
+DEFAULT_TOPOLOGY = "4x4"
+_SHARED_RESERVATION = re.compile(r"projects/([^/]+)/reservations/([^/]+)")
 
 
-@dataclass
-class TpuSliceNodePoolArgs:
-    """Inputs of :class:`TpuSliceNodePool`."""
+class TpuSliceNodePoolArgs(TypedDict):
+    """Inputs of TpuSliceNodePool."""
 
-    cluster: pulumi.Input[str]
-    """Name (or ID) of the cluster the pool joins; any Standard cluster works."""
+    cluster: gcp.container.Cluster
+    """The Standard cluster the pool joins (GkeRayCluster's cluster, or gcp.container.Cluster.get(...) for one this stack does not manage); the pool takes its name, location and project."""
     zone: str
-    """The single zone of the slice (COMPACT placement needs one zone)."""
-    cluster_location: Optional[str] = None
-    """Location of the cluster: its region for a regional cluster; default: ``zone`` (zonal cluster)."""
-    generation: str = "v6e"
-    """TPU generation from :mod:`components.tpu_catalogue`; default v6e (Trillium)."""
-    topology: str = "4x4"
-    """Slice topology; default 4x4 (4 hosts of 4 chips, ct6e-standard-4t)."""
-    pool_name: Optional[str] = None
-    """GKE name of the pool; default ``<pod type>-<slice index>`` such as ``v6e-16-0``."""
-    slice_index: int = 0
-    """Position of this slice among the stack's slices; only used for the default name."""
-    project: Optional[str] = None
-    """Project of the cluster; default: the provider's project."""
-    dcn_networks: Sequence[DcnAttachment] = field(default_factory=list)
-    """Additional node networks, one per DCN network; with them the pool is labelled for DRANET."""
-    spot: bool = False
-    """Spot VMs (cheaper, preemptible); pair with elastic training."""
-    reservation: Optional[str] = None
-    """Consume this specific reservation; default: no reservation (stated explicitly, GKE TPU pools want it)."""
+    """The single zone of the slice (COMPACT placement needs one zone); inside the cluster's region."""
+    generation: NotRequired[str]
+    """TPU generation: v4, v5e, v5p, v6e or tpu7x. Default: v6e (Trillium)."""
+    topology: NotRequired[str]
+    """Slice topology of that generation. Default: 4x4 (4 hosts of 4 chips, ct6e-standard-4t)."""
+    pool_name: NotRequired[str]
+    """GKE name of the pool. Default: <pod type>-<slice index>, such as v6e-16-0."""
+    slice_index: NotRequired[int]
+    """Position of this slice among the stack's slices; only used for the default name. Default: 0."""
+    additional_networks: NotRequired[Sequence[AdditionalNetwork]]
+    """Additional node networks, one per DCN network (DcnNetworks.attachments); with them the pool is labelled for DRANET."""
+    spot: NotRequired[bool]
+    """Spot VMs (cheaper, preemptible); pair with elastic training. Default: false."""
+    reservation: NotRequired[str]
+    """Consume this specific reservation (a name, or projects/<p>/reservations/<name> for a shared one). Default: none named."""
+
+
+def pool_name_for(shape: SliceShape, slice_index: int) -> str:
+    return f"{shape.pod_type}-{slice_index}"
+
+
+def workload_policy_name(pool_name: str) -> str:
+    return f"{pool_name}-policy"
+
+
+def check_reservation(reservation: object, key: str) -> None:
+    """A reservation name, or ``projects/<project>/reservations/<name>`` for one shared from another project."""
+    name = reservation
+    if isinstance(reservation, str) and (shared := _SHARED_RESERVATION.fullmatch(reservation)):
+        if not PROJECT_ID.matches(shared.group(1)):
+            raise ConfigError(key, reservation, f"a project of the shared reservation that is {PROJECT_ID.what}")
+        name = shared.group(2)
+    if not COMPUTE_NAME.matches(name):
+        raise ConfigError(
+            key, reservation, f"a reservation name ({COMPUTE_NAME.description}) or projects/<project>/reservations/<name>"
+        )
+
+
+def check_args(args: TpuSliceNodePoolArgs, prefix: str = "TpuSliceNodePoolArgs.") -> SliceShape:
+    """The rules on the arguments alone; returns the slice's shape."""
+    shape = slice_shape(
+        args.get("generation", DEFAULT_GENERATION),
+        args.get("topology", DEFAULT_TOPOLOGY),
+        key=f"{prefix}topology",
+        generation_key=f"{prefix}generation",
+    )
+    if args.get("spot") and args.get("reservation"):
+        raise ConfigError(f"{prefix}reservation", args["reservation"], "unset when spot is true: Spot VMs cannot consume a reservation")
+    if args.get("reservation"):
+        check_reservation(args["reservation"], f"{prefix}reservation")
+    networks = args.get("additional_networks") or []
+    if len(networks) > shape.generation.dcn_nics_per_host:
+        raise ConfigError(
+            f"{prefix}additional_networks",
+            len(networks),
+            f"at most {shape.generation.dcn_nics_per_host}: a {shape.machine_type} host has "
+            f"{shape.generation.dcn_nics_per_host} NICs that DRANET can hand to a pod",
+        )
+    pool = args.get("pool_name") or pool_name_for(shape, int(args.get("slice_index", 0)))
+    GKE_NAME.check(pool, f"{prefix}pool_name")
+    if shape.multi_host and shape.generation.uses_workload_policy:
+        COMPUTE_NAME.check_derived(workload_policy_name(pool), pool, f"{prefix}pool_name", "workload policy name")
+    return shape
 
 
 class TpuSliceNodePool(pulumi.ComponentResource):
-    """A node pool of ``hosts`` TPU VMs placed as one ICI-connected slice.
+    """A node pool of TPU VMs placed as one ICI-connected slice.
 
     Everything hardware-specific (machine type, node count, chips per node,
-    placement) comes from the catalogue for the generation and topology, so a
-    pool can only ask GKE for a shape that exists.
+    placement) comes from the TPU catalogue for the generation and topology, so
+    a pool can only ask GKE for a shape that exists.
     """
 
-    shape: SliceShape
-    node_pool: gcp.container.NodePool
-    workload_policy: Optional[gcp.compute.ResourcePolicy]
+    pool_name: pulumi.Output[str]
+    """The node pool's GKE name."""
+    machine_type: pulumi.Output[str]
+    """Machine type of every host."""
+    hosts: pulumi.Output[int]
+    """TPU VMs in the slice (the pool's node count)."""
+    chips_per_host: pulumi.Output[int]
+    """TPU chips per host (the google.com/tpu a worker pod requests)."""
 
     def __init__(self, name: str, args: TpuSliceNodePoolArgs, opts: Optional[pulumi.ResourceOptions] = None):
-        self.shape = slice_shape(args.generation, args.topology, key=f"{name}.topology", generation_key=f"{name}.generation")
-        if args.spot and args.reservation:
-            raise ConfigError(f"{name}.reservation", args.reservation, "unset when spot is true")
-        if args.dcn_networks and not self.shape.generation.supports_dranet:
-            raise ConfigError(
-                f"{name}.dcn_networks",
-                len(args.dcn_networks),
-                f"none: DRANET does not support {self.shape.machine_type}",
-            )
+        shape = check_args(args)
         super().__init__("gke-ray-tpu:index:TpuSliceNodePool", name, None, opts)
         child = child_options(self, opts)
-        pool_name = args.pool_name or f"{self.shape.pod_type}-{args.slice_index}"
+        cluster: gcp.container.Cluster = args["cluster"]
+        zone = args["zone"]
+        pool_name = args.get("pool_name") or pool_name_for(shape, int(args.get("slice_index", 0)))
+        networks = list(args.get("additional_networks") or [])
+        self.shape = shape
 
         self.workload_policy = None
         placement = None
-        if self.shape.multi_host and self.shape.generation.uses_workload_policy:
+        if shape.multi_host and shape.generation.uses_workload_policy:
             # Ironwood multi-host slices are placed by a workload policy, not COMPACT placement.
             self.workload_policy = gcp.compute.ResourcePolicy(
                 f"{name}-workload-policy",
-                name=f"{pool_name}-policy",
-                project=args.project,
-                region=args.zone.rsplit("-", 1)[0],
+                name=workload_policy_name(pool_name),
+                project=cluster.project,
+                region=zone.rsplit("-", 1)[0],
                 workload_policy=gcp.compute.ResourcePolicyWorkloadPolicyArgs(
-                    type="HIGH_THROUGHPUT", accelerator_topology=self.shape.topology
+                    type="HIGH_THROUGHPUT", accelerator_topology=shape.topology
                 ),
                 opts=child,
             )
             placement = gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT", policy_name=self.workload_policy.name)
-        elif self.shape.multi_host:
-            placement = gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT", tpu_topology=self.shape.topology)
+        elif shape.multi_host:
+            placement = gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT", tpu_topology=shape.topology)
 
-        labels = {DRANET_NODE_LABEL: "true"} if args.dcn_networks else None
         network_config = None
-        if args.dcn_networks:
+        if networks:
             network_config = gcp.container.NodePoolNetworkConfigArgs(
                 additional_node_network_configs=[
                     gcp.container.NodePoolNetworkConfigAdditionalNodeNetworkConfigArgs(
-                        network=attachment.network, subnetwork=attachment.subnetwork
+                        network=network["network"], subnetwork=network["subnetwork"]
                     )
-                    for attachment in args.dcn_networks
+                    for network in networks
                 ]
             )
-        if args.reservation:
-            affinity = gcp.container.NodePoolNodeConfigReservationAffinityArgs(
-                consume_reservation_type="SPECIFIC_RESERVATION",
-                key="compute.googleapis.com/reservation-name",
-                values=[args.reservation],
-            )
-        else:
-            affinity = gcp.container.NodePoolNodeConfigReservationAffinityArgs(consume_reservation_type="NO_RESERVATION")
 
         self.node_pool = gcp.container.NodePool(
             f"{name}-pool",
             name=pool_name,
-            project=args.project,
-            cluster=args.cluster,
-            location=args.cluster_location or args.zone,
-            node_locations=[args.zone],
+            project=cluster.project,
+            cluster=cluster.name,
+            location=cluster.location,
+            node_locations=[zone],
             # node_count, not initial_node_count: changing the latter replaces the pool (pulumi-gcp#412).
-            node_count=self.shape.hosts,
+            node_count=shape.hosts,
             node_config=gcp.container.NodePoolNodeConfigArgs(
-                machine_type=self.shape.machine_type,
+                machine_type=shape.machine_type,
                 advanced_machine_features=gcp.container.NodePoolNodeConfigAdvancedMachineFeaturesArgs(threads_per_core=1),
                 gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
-                labels=labels,
+                labels={DRANET_NODE_LABEL: "true"} if networks else None,
                 oauth_scopes=[CLOUD_PLATFORM_SCOPE],
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
-                spot=args.spot or None,
-                reservation_affinity=affinity,
+                spot=args.get("spot") or None,
+                reservation_affinity=reservation_affinity(args.get("reservation"), bool(args.get("spot"))),
             ),
             network_config=network_config,
             placement_policy=placement,
@@ -134,11 +171,35 @@ class TpuSliceNodePool(pulumi.ComponentResource):
             opts=child,
         )
         self.pool_name = self.node_pool.name
+        self.machine_type = pulumi.Output.from_input(shape.machine_type)
+        self.hosts = pulumi.Output.from_input(shape.hosts)
+        self.chips_per_host = pulumi.Output.from_input(shape.chips_per_host)
         self.register_outputs(
             {
                 "poolName": self.pool_name,
-                "machineType": self.shape.machine_type,
-                "hosts": self.shape.hosts,
-                "chipsPerHost": self.shape.chips_per_host,
+                "machineType": self.machine_type,
+                "hosts": self.hosts,
+                "chipsPerHost": self.chips_per_host,
             }
         )
+
+
+def reservation_affinity(
+    reservation: Optional[str], spot: bool
+) -> gcp.container.NodePoolNodeConfigReservationAffinityArgs:
+    """Stated, never left to the API default: the field is ForceNew, so a read-back that differs would replace the slice.
+
+    A named reservation is consumed specifically; Spot VMs cannot consume
+    reservations (NO_RESERVATION); otherwise ANY_RESERVATION, the Compute
+    Engine default the tutorial's command gets: a matching reservation is used
+    when there is one, on-demand capacity when not.
+    """
+    if reservation:
+        return gcp.container.NodePoolNodeConfigReservationAffinityArgs(
+            consume_reservation_type="SPECIFIC_RESERVATION",
+            key="compute.googleapis.com/reservation-name",
+            values=[reservation],
+        )
+    return gcp.container.NodePoolNodeConfigReservationAffinityArgs(
+        consume_reservation_type="NO_RESERVATION" if spot else "ANY_RESERVATION"
+    )

@@ -545,36 +545,3 @@ POLICIES: list[ResourceValidationPolicy] = [
     cluster_deletion_protection,
 ]
 
-
-def evaluate(
-    resource_type: str,
-    props: Mapping[str, Any],
-    urn: str,
-    name: Optional[str] = None,
-    config: Optional[Mapping[str, Mapping[str, Any]]] = None,
-) -> dict[str, list[str]]:
-    """Run every policy on one resource; ``{policy name: [messages]}`` for those that reported.
-
-    A convenience for tests and local debugging; the engine goes through
-    ``PolicyPack`` instead. ``config`` is keyed by policy name, as in a
-    ``--policy-pack-config`` file.
-    """
-    from pulumi_policy import PolicyCustomTimeouts, PolicyResourceOptions
-
-    opts = PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [], None)
-    found: dict[str, list[str]] = {}
-    for policy in POLICIES:
-        messages: list[str] = []
-        args = ResourceValidationArgs(
-            resource_type,
-            props,
-            urn,
-            name if name is not None else parse_urn(urn)[3],
-            opts,
-            None,
-            dict((config or {}).get(policy.name, {})),
-        )
-        policy.validate(args, lambda message, _urn=None, sink=messages: sink.append(message))
-        if messages:
-            found[policy.name] = messages
-    return found

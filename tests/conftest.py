@@ -12,14 +12,14 @@ SHARED = REPO_ROOT.parent / "shared"
 
 @pytest.fixture(scope="session")
 def dev_config() -> dict[str, str]:
-    from components.offline import load_stack_file
+    from stack.mock_engine import load_stack_file
 
     return load_stack_file(REPO_ROOT / "Pulumi.dev.yaml")
 
 
 @pytest.fixture(scope="session")
 def dev_run(dev_config):
-    from components.offline import run_offline
+    from stack.mock_engine import run_offline
 
     return run_offline(dev_config)
 
@@ -27,7 +27,7 @@ def dev_run(dev_config):
 @pytest.fixture(scope="session")
 def run_stack(dev_config):
     """Run the program on the dev config with some keys changed (None removes a key)."""
-    from components.offline import run_offline
+    from stack.mock_engine import run_offline
 
     def run(**overrides: str | None):
         config = dict(dev_config)

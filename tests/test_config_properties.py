@@ -1,35 +1,132 @@
-"""Property-based bad-input battery over the stack config.
+"""Property-based battery over the stack config: names, sizes and values.
 
-Whatever a user writes into ``Pulumi.<stack>.yaml``, the program either
-accepts it or raises the project's own ConfigError, naming a config key, and
-in that case registers no resource at all: never a raw Python or provider error.
+Whatever a user writes into ``Pulumi.<stack>.yaml``, the program either refuses
+it with the project's own ConfigError naming a config key the user sets (and
+registers no resource at all), or every resource it registers passes the naming
+rules of the API that receives it. The rules below are this test's own oracle,
+written from Google's and Kubernetes' documentation (see core/naming.py for the
+sources), not imported from the code under test.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from components.errors import ConfigError
-from components.offline import OfflineRun, run_offline
-from components.preflight import check_planned_run
-from components.stack_config import KNOWN_KEYS, NAMESPACE, StackConfig, parse_stack_config
+from core.errors import ConfigError
+from stack.config import NAMESPACE, StackConfig, parse_stack_config
+from stack.mock_engine import OfflineRun, run_offline
+from stack.preflight import check_planned_run
 
-KEYS = [f"{NAMESPACE}:{k}" for k in KNOWN_KEYS] + ["gcp:project", "gcp:region", "gcp:zone", f"{NAMESPACE}:typo"]
+CONFIG_KEYS = {field.alias for field in StackConfig.model_fields.values()}
+KEYS = sorted(CONFIG_KEYS) + [f"{NAMESPACE}:typo"]
+NAME_KEYS = [f"{NAMESPACE}:{k}" for k in ("clusterName", "rayClusterName", "namespace", "ksaName", "bucketName",
+                                          "reservation", "existingClusterName")]
 
+# -- the oracle: each API's rule, from its documentation ------------------------------------------------------
+GKE = re.compile(r"[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?")  # clusters, node pools: 1-40
+GCE = re.compile(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?")  # networks, subnets, firewalls, policies: 1-63
+DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
+DNS_1035 = re.compile(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?")
+LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+GKE_VERSION = re.compile(r"\d+\.\d+(?:\.\d+-gke\.\d+)?")
+
+
+def subdomain(name: str) -> bool:
+    """Kubernetes' DNS-1123 subdomain: 253 characters at most; its labels have no length limit of their own."""
+    part = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+    return len(name) <= 253 and re.fullmatch(rf"{part}(?:\.{part})*", name) is not None
+
+
+def bucket(name: str) -> bool:
+    return (
+        re.fullmatch(r"[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9]", name) is not None
+        and "." not in name  # a dotted name needs domain verification: never created here
+        and not name.startswith("goog")
+        and "google" not in name
+        and "g00gle" not in name
+    )
+
+
+def violations(run: OfflineRun) -> list[str]:
+    """Every name a registered resource carries that its API would refuse."""
+    found = []
+
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            found.append(what)
+
+    for r in run.resources:
+        inputs, kind = r.inputs, r.type
+        name = inputs.get("name") or (inputs.get("metadata") or {}).get("name")
+        if kind in ("gcp:container/cluster:Cluster", "gcp:container/nodePool:NodePool"):
+            need(bool(GKE.fullmatch(name)), f"{kind} {name!r}")
+            need(GKE_VERSION.fullmatch(inputs.get("minMasterVersion", "1.35")) is not None, f"version {inputs}")
+        elif kind.startswith(("gcp:compute/",)):
+            need(bool(GCE.fullmatch(name)), f"{kind} {name!r}")
+        elif kind == "gcp:storage/bucket:Bucket":
+            need(bucket(name), f"bucket {name!r}")
+        elif kind == "gcp:storage/bucketIAMMember:BucketIAMMember":
+            subject = inputs["member"].split("/subject/", 1)[1]
+            need(len(subject) <= 127, f"Workload Identity subject {subject!r} (google.subject: 127 at most)")
+        elif kind == "kubernetes:core/v1:Namespace":
+            need(bool(DNS_LABEL.fullmatch(name)), f"namespace {name!r}")
+        elif kind in ("kubernetes:core/v1:ServiceAccount", "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate"):
+            need(subdomain(name), f"{kind} {name!r}")
+            need(bool(DNS_LABEL.fullmatch(inputs["metadata"].get("namespace", "default"))), f"namespace of {name!r}")
+        elif kind == "kubernetes:cloud.google.com/v1:ComputeClass":
+            need(bool(DNS_LABEL.fullmatch(name)), f"ComputeClass {name!r} (a node label value)")
+        elif kind == "kubernetes:ray.io/v1:RayCluster":
+            # KubeRay: a DNS-1035 label of at most 53; its Services <name>-head-svc and <name>-headless;
+            # the TPU webhook cuts <name>-headless to 50, so multi-host groups need <= 41.
+            need(bool(DNS_1035.fullmatch(name)) and len(name) <= 53, f"RayCluster {name!r}")
+            need(bool(DNS_1035.fullmatch(f"{name}-head-svc")), f"head Service of {name!r}")
+            for group in inputs["spec"]["workerGroupSpecs"]:
+                if group["numOfHosts"] > 1:
+                    need(len(f"{name}-headless") <= 50, f"headless Service of {name!r} (TPU webhook)")
+                    host = f"{group['groupName']}-{int(group['replicas']) - 1}-{int(group['numOfHosts']) - 1}"
+                    need(bool(DNS_LABEL.fullmatch(host)), f"TPU pod hostname {host!r}")
+                pod = group["template"]["spec"]
+                need(subdomain(pod["serviceAccountName"]), f"service account of {name!r}")
+                for value in pod["nodeSelector"].values():
+                    need(bool(LABEL_VALUE.fullmatch(value)), f"node selector value {value!r}")
+                for claim in pod.get("resourceClaims", []):
+                    need(subdomain(claim["resourceClaimTemplateName"]), f"claim template {claim!r}")
+        affinity = (inputs.get("nodeConfig") or {}).get("reservationAffinity") or {}
+        for value in affinity.get("values", []):
+            need(bool(GCE.fullmatch(value.rsplit("/", 1)[-1])), f"reservation {value!r}")
+    return found
+
+
+# -- what users write ------------------------------------------------------------------------------------------
+names = st.one_of(
+    st.text(alphabet="abcxyz019-_.A", min_size=0, max_size=70),
+    st.integers(min_value=1, max_value=70).map(lambda n: "a" * n),  # every length, around every limit
+    st.integers(min_value=1, max_value=66).map(lambda n: "r" + "-" * (n % 3) + "x" * n),
+    st.sampled_from(["my-google-bucket", "goog-ckpt", "ckpt.example.com", "g00gle-x", "1abc", "abc-", "a_b",
+                     "projects/other-proj/reservations/r1", "projects/x/reservations/r1", "UPPER"]),
+)
 values = st.one_of(
-    st.text(max_size=30),
     st.integers(min_value=-5, max_value=100).map(str),
-    st.sampled_from(["true", "false", "standard", "autopilot", "v4", "v5e", "v5p", "v6e", "tpu7x", "2x2x2", "4x4", "8x8"]),
-    st.sampled_from(["retain", "force", "RAPID", "UNSPECIFIED", "1.34.1-gke.1829001", "1.35.2-gke.1842000", "1.30.0-gke.1"]),
-    st.lists(st.sampled_from(["10.50.0.0/16", "10.60.0.0/16", "10.50.1.0/24", "192.168.0.0/30", "bad", "0.0.0.0/0"]), max_size=3).map(json.dumps),
+    st.sampled_from(["true", "false", "standard", "autopilot", "v4", "v5e", "v5p", "v6e", "tpu7x", "2x2x2", "4x4",
+                     "8x8", "retain", "force", "RAPID", "REGULAR", "UNSPECIFIED", "1.34", "1.35", "1.36", "1.37",
+                     "1.34.1-gke.1829001", "1.35.2-gke.1842000", "1.35.3-gke.1993000", "latest"]),
+    st.lists(st.sampled_from(["10.50.0.0/16", "10.60.0.0/16", "10.50.1.0/24", "192.168.0.0/30", "bad",
+                              "0.0.0.0/0"]), max_size=3).map(json.dumps),
     st.sampled_from(["llama3-8b", "llama3-70b", "llama3-8b-elastic", "tiny-cpu"]),
-    st.sampled_from(['{"ici_tensor_parallelism": 2}', '{"steps": 5}', '{"dcn_fsdp_parallelism": 2}', "[1]", "{"]),
+    st.sampled_from(['{"ici_tensor_parallelism": 2}', '{"steps": 5}', '{"steps": 0}', '{"steps": 2.5}',
+                     '{"per_device_batch_size": 0}', '{"per_device_batch_size": -1}', '{"remat_policy": "nope"}',
+                     '{"max_target_length": "long"}', '{"dcn_fsdp_parallelism": 2}', '{"weight_dtype": "bfloat16"}',
+                     '{"a": [1]}', "[1]", "{"]),
     st.just(""),
 )
-mutations = st.dictionaries(st.sampled_from(KEYS), st.one_of(values, st.none()), min_size=1, max_size=4)
+mutations = st.dictionaries(
+    st.sampled_from(KEYS), st.one_of(values, names, st.none()), min_size=1, max_size=4
+) | st.dictionaries(st.sampled_from(NAME_KEYS), names, min_size=1, max_size=2)
 
 
 def mutate(base: dict[str, str], changes: dict) -> dict[str, str]:
@@ -42,42 +139,49 @@ def mutate(base: dict[str, str], changes: dict) -> dict[str, str]:
     return config
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def assert_names_a_config_key(error: ConfigError) -> None:
+    base = error.key.split(".", 1)[0] if error.key.startswith(f"{NAMESPACE}:plannedOverrides.") else error.key
+    assert base in CONFIG_KEYS or base == f"{NAMESPACE}:typo", error
+    assert str(error).startswith(f"invalid config {error.key}=") and ": expected " in str(error)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(changes=mutations)
-def test_any_config_is_accepted_or_rejected_with_a_config_error(dev_config, changes):
-    config = mutate(dev_config, changes)
+def test_any_config_parses_or_is_refused_naming_a_config_key(dev_config, changes):
     try:
-        parsed = parse_stack_config(config)
+        parsed = parse_stack_config(mutate(dev_config, changes))
     except ConfigError as error:
-        assert error.key in KEYS or error.key.startswith(f"{NAMESPACE}:")
-        assert str(error).startswith(f"invalid config {error.key}=")
-        assert "expected" in str(error)
+        assert_names_a_config_key(error)
     else:
-        assert isinstance(parsed, StackConfig)
         assert parsed.shape.topology in parsed.shape.generation.topologies
-        assert 1 <= parsed.elastic_min_slices <= parsed.num_slices
-        assert len(parsed.dcn_cidrs) <= parsed.shape.generation.dcn_nics_per_host
+        assert 1 <= parsed.elastic_min <= parsed.num_slices
+        assert len(parsed.dcn_cidrs_or_default) <= parsed.shape.generation.dcn_nics_per_host
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(changes=mutations)
-def test_program_registers_nothing_for_rejected_config(dev_config, changes):
+def test_every_stack_is_refused_before_registering_or_registers_only_valid_names(dev_config, changes):
     config = mutate(dev_config, changes)
-    try:
-        # What __main__.py checks before registering anything: the config, then the planned run.
-        check_planned_run(parse_stack_config(config), info=lambda _: None, warn=lambda _: None)
-        valid = True
-    except ConfigError:
-        valid = False
     run = OfflineRun()
-    if valid:
+    try:
         run_offline(config, run=run)
-        assert run.resources
-    else:
-        try:
-            run_offline(config, run=run)
-        except ConfigError:
-            pass
-        else:
-            raise AssertionError("the program accepted a config its own checks reject")
-        assert run.resources == []
+    except ConfigError as error:
+        assert_names_a_config_key(error)
+        assert run.resources == [], [r.urn for r in run.resources]
+        return
+    assert run.resources
+    assert violations(run) == []
+    # What the program accepted, its own checks accept too.
+    check_planned_run(parse_stack_config(config), info=lambda _: None, warn=lambda _: None)
+
+
+def test_the_oracle_catches_what_it_should(dev_run):
+    """The battery is only as good as its oracle: a run it must flag, once its checks are bypassed."""
+    assert violations(dev_run) == []
+    bad = OfflineRun(resources=[replace(r) for r in dev_run.resources])  # copies: dev_run is shared
+    network = next(r for r in bad.resources if r.type == "gcp:compute/network:Network")
+    cluster = next(r for r in bad.resources if r.type == "kubernetes:ray.io/v1:RayCluster")
+    network.inputs = {**network.inputs, "name": "x" * 64}
+    cluster.inputs = {**cluster.inputs, "metadata": {"name": "r" * 42}}
+    assert violations(bad) == [f"gcp:compute/network:Network {'x' * 64!r}", f"headless Service of {'r' * 42!r} (TPU webhook)"]
+    assert not bucket("my-google-ckpt") and not bucket("ckpt.example.com") and bucket("my-ckpt_1")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import zipfile
 
-from components.offline import load_stack_file, run_offline
+from stack.mock_engine import load_stack_file, run_offline
 from tests.conftest import REPO_ROOT
 
 EXAMPLE = REPO_ROOT / "examples" / "tpu-slices-on-existing-cluster"
@@ -28,7 +28,7 @@ def test_example_adds_slices_to_a_cluster_it_does_not_own():
     }
 
 
-def test_wheel_ships_the_components_and_the_crd(tmp_path):
+def test_wheel_ships_every_package_and_the_presets(tmp_path):
     # Build from a copy: setuptools' in-tree build/ directory would keep files deleted since.
     source = tmp_path / "src"
     shutil.copytree(
@@ -49,14 +49,18 @@ def test_wheel_ships_the_components_and_the_crd(tmp_path):
         "components/tpu_slice_node_pool.py",
         "components/gcs_workload_identity.py",
         "components/ray_tpu_cluster.py",
-        "components/schemas/kuberay/ray.io_rayclusters.yaml",
+        "core/tpu_catalogue.py",
+        "core/presets/llama3-8b.yml",
+        "stack/config.py",
+        "training/worker/trainer.py",
     ):
         assert expected in names
+    assert not [n for n in names if n.startswith("tests/") or n.endswith(".json")]  # test data stays out
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target), str(wheel)], check=True)
     code = (
         "from components import DcnNetworks, TpuSliceNodePool, GcsWorkloadIdentity, RayTpuCluster;"
-        "import components.validation as v; print(v.RAYCLUSTER_CRD.is_file(), DcnNetworks.__module__)"
+        "from core.presets import PRESETS; print(sorted(PRESETS) == ['llama3-70b', 'llama3-8b', 'llama3-8b-elastic', 'tiny-cpu'], DcnNetworks.__module__)"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target)}, capture_output=True, text=True, check=True

@@ -2,7 +2,7 @@
 
 The validators are called directly with ``ResourceValidationArgs``, the same
 object the analyzer builds from the engine's request; ``props`` use the
-engine's camelCase names (``tests/test_policy_sdk.py`` checks those names
+engine's camelCase names (``tests/test_policy_stack.py`` checks those names
 against the installed SDKs).
 """
 
@@ -29,6 +29,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from policy import policies as P  # noqa: E402
+from tests.policy_eval import evaluate  # noqa: E402
 
 DCN_PARENT = "gke-ray-tpu:index:DcnNetworks"
 
@@ -118,7 +119,7 @@ GOOD_DCN = {"name": "ray-tpu-net-1", "mtu": 8896, "autoCreateSubnetworks": False
 
 
 def test_dcn_network_with_jumbo_mtu_and_custom_subnets_passes():
-    assert P.evaluate(P.NETWORK, GOOD_DCN, urn(P.NETWORK, "dcn-net-1", parents=(DCN_PARENT,))) == {}
+    assert evaluate(P.NETWORK, GOOD_DCN, urn(P.NETWORK, "dcn-net-1", parents=(DCN_PARENT,))) == {}
 
 
 @pytest.mark.parametrize("mtu", [1460, 1500, 8500])
@@ -129,7 +130,7 @@ def test_dcn_network_with_wrong_mtu_fails(mtu):
 
 def test_dcn_network_without_mtu_fails_because_gcp_defaults_to_1460():
     props = {"name": "ray-tpu-net-1", "autoCreateSubnetworks": False}
-    messages = only(P.evaluate(P.NETWORK, props, urn(P.NETWORK, "dcn-net-1", parents=(DCN_PARENT,))), "dcn-network-mtu")
+    messages = only(evaluate(P.NETWORK, props, urn(P.NETWORK, "dcn-net-1", parents=(DCN_PARENT,))), "dcn-network-mtu")
     assert "1460" in messages[0] and "mtu=8896" in messages[0]
 
 
@@ -140,9 +141,9 @@ def test_dcn_rule_follows_the_component_through_nested_parents():
 
 def test_networks_outside_the_dcn_component_are_not_checked():
     props = {"name": "default", "mtu": 1460, "autoCreateSubnetworks": True}
-    assert P.evaluate(P.NETWORK, props, urn(P.NETWORK, "vpc")) == {}
+    assert evaluate(P.NETWORK, props, urn(P.NETWORK, "vpc")) == {}
     # A different component is not a DCN parent either.
-    assert P.evaluate(P.NETWORK, props, urn(P.NETWORK, "vpc", parents=("gke-ray-tpu:index:GkeRayCluster",))) == {}
+    assert evaluate(P.NETWORK, props, urn(P.NETWORK, "vpc", parents=("gke-ray-tpu:index:GkeRayCluster",))) == {}
 
 
 def test_dcn_name_patterns_cover_networks_created_without_the_component():
@@ -165,7 +166,7 @@ def test_dcn_mtu_is_configurable_and_accepts_engine_floats():
 
 @pytest.mark.parametrize("props", [{"mtu": 8896, "autoCreateSubnetworks": True}, {"mtu": 8896}])
 def test_dcn_network_in_auto_subnet_mode_fails(props):
-    found = P.evaluate(P.NETWORK, props, urn(P.NETWORK, "dcn-net-1", parents=(DCN_PARENT,)))
+    found = evaluate(P.NETWORK, props, urn(P.NETWORK, "dcn-net-1", parents=(DCN_PARENT,)))
     assert "autoCreateSubnetworks=false" in only(found, "dcn-network-custom-subnets")[0]
 
 
@@ -180,7 +181,7 @@ def pool(machine_type: str, gvnic=None) -> dict:
 
 
 def test_tpu_pool_with_gvnic_passes():
-    assert P.evaluate(P.NODE_POOL, pool("ct6e-standard-4t", True), urn(P.NODE_POOL, "slice-0-pool")) == {}
+    assert evaluate(P.NODE_POOL, pool("ct6e-standard-4t", True), urn(P.NODE_POOL, "slice-0-pool")) == {}
 
 
 @pytest.mark.parametrize(
@@ -188,7 +189,7 @@ def test_tpu_pool_with_gvnic_passes():
 )
 @pytest.mark.parametrize("gvnic", [None, False])
 def test_tpu_pool_without_gvnic_fails(machine_type, gvnic):
-    found = P.evaluate(P.NODE_POOL, pool(machine_type, gvnic), urn(P.NODE_POOL, "slice-0-pool"))
+    found = evaluate(P.NODE_POOL, pool(machine_type, gvnic), urn(P.NODE_POOL, "slice-0-pool"))
     assert only(found, "tpu-node-pool-gvnic") == [
         f"node pool 'slice-0-pool' runs TPU machine type {machine_type} without gVNIC; set "
         "nodeConfig.gvnic.enabled=true (multi-network DCN NICs require gVNIC)."
@@ -246,7 +247,7 @@ GOOD_BUCKET = {
 
 
 def test_private_uniform_bucket_passes():
-    assert P.evaluate(P.BUCKET, GOOD_BUCKET, urn(P.BUCKET, "storage-bucket")) == {}
+    assert evaluate(P.BUCKET, GOOD_BUCKET, urn(P.BUCKET, "storage-bucket")) == {}
 
 
 @pytest.mark.parametrize("value,shown", [("inherited", "'inherited'"), (None, "unset (GCP default 'inherited')")])
@@ -254,7 +255,7 @@ def test_bucket_without_enforced_public_access_prevention_fails(value, shown):
     props = {k: v for k, v in GOOD_BUCKET.items() if k != "publicAccessPrevention"}
     if value is not None:
         props["publicAccessPrevention"] = value
-    found = P.evaluate(P.BUCKET, props, urn(P.BUCKET, "ckpt"))
+    found = evaluate(P.BUCKET, props, urn(P.BUCKET, "ckpt"))
     assert only(found, "bucket-public-access-prevention") == [
         f"Bucket 'ckpt' has publicAccessPrevention {shown}; set it to 'enforced' so no IAM grant or ACL "
         "can make the checkpoints public."
@@ -266,7 +267,7 @@ def test_bucket_without_uniform_access_fails(value):
     props = {k: v for k, v in GOOD_BUCKET.items() if k != "uniformBucketLevelAccess"}
     if value is not None:
         props["uniformBucketLevelAccess"] = value
-    found = P.evaluate(P.BUCKET, props, urn(P.BUCKET, "ckpt"))
+    found = evaluate(P.BUCKET, props, urn(P.BUCKET, "ckpt"))
     assert "uniformBucketLevelAccess" in only(found, "bucket-uniform-access")[0]
 
 
@@ -280,15 +281,15 @@ WI_MEMBER = (
 
 def test_bucket_grant_to_a_workload_identity_principal_passes():
     props = {"bucket": "ckpt", "role": "roles/storage.objectUser", "member": WI_MEMBER}
-    assert P.evaluate(P.BUCKET_IAM_MEMBER, props, urn(P.BUCKET_IAM_MEMBER, "storage-object-user")) == {}
+    assert evaluate(P.BUCKET_IAM_MEMBER, props, urn(P.BUCKET_IAM_MEMBER, "storage-object-user")) == {}
     binding = {"bucket": "ckpt", "role": "roles/storage.objectViewer", "members": [WI_MEMBER, "group:ml@x.com"]}
-    assert P.evaluate(P.BUCKET_IAM_BINDING, binding, urn(P.BUCKET_IAM_BINDING, "viewers")) == {}
+    assert evaluate(P.BUCKET_IAM_BINDING, binding, urn(P.BUCKET_IAM_BINDING, "viewers")) == {}
 
 
 @pytest.mark.parametrize("member", ["allUsers", "allAuthenticatedUsers", "AllUsers", "principalSet://goog/public:all"])
 def test_bucket_iam_member_to_the_public_fails(member):
     props = {"bucket": "ckpt", "role": "roles/storage.objectViewer", "member": member}
-    found = P.evaluate(P.BUCKET_IAM_MEMBER, props, urn(P.BUCKET_IAM_MEMBER, "public-read"))
+    found = evaluate(P.BUCKET_IAM_MEMBER, props, urn(P.BUCKET_IAM_MEMBER, "public-read"))
     assert only(found, "bucket-iam-not-public") == [
         f"'public-read' grants roles/storage.objectViewer to {member}; buckets of this stack must not be public."
     ]
@@ -317,7 +318,7 @@ def test_bucket_scoped_storage_role_and_project_non_storage_role_pass():
     bucket_grant = {"bucket": "ckpt", "role": "roles/storage.objectUser", "member": WI_MEMBER}
     assert run(P.storage_iam_bucket_scoped, P.BUCKET_IAM_MEMBER, bucket_grant) == []
     project_grant = {"project": "p", "role": "roles/container.developer", "member": "serviceAccount:ci@p.iam.gserviceaccount.com"}
-    assert P.evaluate("gcp:projects/iAMMember:IAMMember", project_grant, urn("gcp:projects/iAMMember:IAMMember", "ci")) == {}
+    assert evaluate("gcp:projects/iAMMember:IAMMember", project_grant, urn("gcp:projects/iAMMember:IAMMember", "ci")) == {}
 
 
 @pytest.mark.parametrize(
@@ -330,7 +331,7 @@ def test_bucket_scoped_storage_role_and_project_non_storage_role_pass():
 )
 def test_storage_role_on_the_resource_hierarchy_fails(type_, level):
     props = {"role": "roles/storage.objectAdmin", "member": WI_MEMBER}
-    found = P.evaluate(type_, props, urn(type_, "ksa-storage"))
+    found = evaluate(type_, props, urn(type_, "ksa-storage"))
     assert only(found, "storage-iam-bucket-scoped") == [
         f"'ksa-storage' grants roles/storage.objectAdmin on the whole {level} level, which reaches every bucket "
         "in it; grant storage roles on the bucket instead (gcp.storage.BucketIAMMember)."
@@ -375,14 +376,14 @@ HEAD = {"ray.io/cluster": "maxtext-tpu-cluster", "ray.io/node-type": "head"}
 
 
 def test_cluster_ip_head_service_and_unrelated_load_balancer_pass():
-    assert P.evaluate(P.K8S_SERVICE, service("ClusterIP", selector=HEAD, ports=[{"port": 8265}]), urn(P.K8S_SERVICE, "s")) == {}
+    assert evaluate(P.K8S_SERVICE, service("ClusterIP", selector=HEAD, ports=[{"port": 8265}]), urn(P.K8S_SERVICE, "s")) == {}
     web = service("LoadBalancer", selector={"app": "web"}, ports=[{"port": 443, "targetPort": 8443}])
-    assert P.evaluate(P.K8S_SERVICE, web, urn(P.K8S_SERVICE, "web")) == {}
+    assert evaluate(P.K8S_SERVICE, web, urn(P.K8S_SERVICE, "web")) == {}
 
 
 def test_load_balancer_selecting_the_ray_head_fails():
     props = service("LoadBalancer", selector=HEAD, ports=[{"port": 80, "targetPort": 8080}])
-    assert only(P.evaluate(P.K8S_SERVICE, props, urn(P.K8S_SERVICE, "dash")), "ray-dashboard-not-exposed") == [
+    assert only(evaluate(P.K8S_SERVICE, props, urn(P.K8S_SERVICE, "dash")), "ray-dashboard-not-exposed") == [
         "Service 'dash' of type LoadBalancer exposes the Ray head (selects ray.io/node-type=head). "
         "The dashboard/Jobs API runs arbitrary code: keep it ClusterIP and use kubectl port-forward."
     ]
@@ -430,12 +431,12 @@ RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 
 @pytest.mark.parametrize("head", [{"serviceType": "ClusterIP"}, {}])
 def test_ray_cluster_with_cluster_ip_head_passes(head):
-    assert P.evaluate(RAY_CLUSTER, ray_cluster(head), urn(RAY_CLUSTER, "ray-raycluster", parents=("gke-ray-tpu:index:RayTpuCluster",))) == {}
+    assert evaluate(RAY_CLUSTER, ray_cluster(head), urn(RAY_CLUSTER, "ray-raycluster", parents=("gke-ray-tpu:index:RayTpuCluster",))) == {}
 
 
 @pytest.mark.parametrize("service_type", ["LoadBalancer", "NodePort"])
 def test_ray_cluster_publishing_the_head_fails(service_type):
-    found = P.evaluate(RAY_CLUSTER, ray_cluster({"serviceType": service_type}), urn(RAY_CLUSTER, "rc"))
+    found = evaluate(RAY_CLUSTER, ray_cluster({"serviceType": service_type}), urn(RAY_CLUSTER, "rc"))
     assert only(found, "ray-dashboard-not-exposed") == [
         f"'rc' sets spec.headGroupSpec.serviceType={service_type}, which publishes the Ray dashboard and "
         "Jobs API; use ClusterIP."
@@ -475,12 +476,12 @@ def cluster(deletion_protection=None) -> dict:
 @pytest.mark.parametrize("value", [True, None])
 def test_prod_cluster_with_deletion_protection_passes(value):
     # None: unset, the provider's default (true) applies.
-    assert P.evaluate(P.CLUSTER, cluster(value), urn(P.CLUSTER, "gke-cluster", "prod")) == {}
+    assert evaluate(P.CLUSTER, cluster(value), urn(P.CLUSTER, "gke-cluster", "prod")) == {}
 
 
 @pytest.mark.parametrize("stack", ["prod", "staging", "dev2"])
 def test_non_dev_cluster_without_deletion_protection_fails(stack):
-    found = P.evaluate(P.CLUSTER, cluster(False), urn(P.CLUSTER, "gke-cluster", stack))
+    found = evaluate(P.CLUSTER, cluster(False), urn(P.CLUSTER, "gke-cluster", stack))
     assert only(found, "cluster-deletion-protection") == [
         f"Cluster 'gke-cluster' sets deletionProtection=false in stack '{stack}'. Only the stacks in "
         "nonProdStacks may turn it off; set gke-ray-tpu:deletionProtection to true (the default)."
@@ -488,7 +489,7 @@ def test_non_dev_cluster_without_deletion_protection_fails(stack):
 
 
 def test_dev_cluster_may_disable_deletion_protection():
-    assert P.evaluate(P.CLUSTER, cluster(False), urn(P.CLUSTER, "gke-cluster", "dev")) == {}
+    assert evaluate(P.CLUSTER, cluster(False), urn(P.CLUSTER, "gke-cluster", "dev")) == {}
 
 
 def test_non_prod_stacks_are_configurable_glob_patterns():
@@ -539,7 +540,7 @@ def test_example_policy_pack_config_matches_the_schemas():
 
 def test_example_config_lets_personal_dev_stacks_drop_deletion_protection():
     example = json.loads((ROOT / "policy" / "config.example.json").read_text())
-    assert P.evaluate(P.CLUSTER, cluster(False), urn(P.CLUSTER, "gke-cluster", "dev-alice"), config=example) == {}
-    assert list(P.evaluate(P.CLUSTER, cluster(False), urn(P.CLUSTER, "gke-cluster", "prod"), config=example)) == [
+    assert evaluate(P.CLUSTER, cluster(False), urn(P.CLUSTER, "gke-cluster", "dev-alice"), config=example) == {}
+    assert list(evaluate(P.CLUSTER, cluster(False), urn(P.CLUSTER, "gke-cluster", "prod"), config=example)) == [
         "cluster-deletion-protection"
     ]

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("pulumi_policy")
-offline = pytest.importorskip("components.offline")
+offline = pytest.importorskip("stack.mock_engine")
 
 from pulumi_policy.proxy import unknown_checking_proxy  # noqa: E402
 
@@ -32,6 +32,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from policy import policies as P  # noqa: E402
+from tests.policy_eval import evaluate  # noqa: E402
 
 
 def violations(run, config=None) -> dict[tuple[str, str], list[str]]:
@@ -41,7 +42,7 @@ def violations(run, config=None) -> dict[tuple[str, str], list[str]]:
         if not resource.custom or resource.type.startswith("pulumi:providers:"):
             continue
         props = unknown_checking_proxy(dict(resource.inputs))
-        for policy, messages in P.evaluate(resource.type, props, resource.urn, resource.name, config).items():
+        for policy, messages in evaluate(resource.type, props, resource.urn, resource.name, config).items():
             found[(policy, resource.name)] = messages
     return found
 

@@ -1,4 +1,4 @@
-"""The planned run is checked at `pulumi preview` and by the offline plan, before any TPU exists."""
+"""The planned run is checked at `pulumi preview` and by the offline preview, before any TPU exists."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from components import plan
-from components.errors import ConfigError
-from components.offline import OfflineRun, run_offline
-from components.preflight import maxtext_values, planned_run, preflight
-from components.stack_config import parse_stack_config
+from stack import preview
+from core.errors import ConfigError
+from stack.mock_engine import OfflineRun, run_offline
+from stack.preflight import planned_run, preflight
+from stack.config import parse_stack_config
 
 
 def test_preview_reports_the_default_run_fits_and_its_cost(dev_run):
@@ -64,16 +64,8 @@ def test_elastic_preset_must_shard_on_every_slice_count(dev_config):
     ]
 
 
-def test_maxtext_values_are_typed_like_maxtext_parses_them():
-    assert maxtext_values({"steps": "100", "learning_rate": "1e-3", "model_name": "llama3-8b"}) == {
-        "steps": 100,
-        "learning_rate": 0.001,
-        "model_name": "llama3-8b",
-    }
-
-
-def test_plan_prints_resources_manifests_and_verdict(capsys):
-    assert plan.main(["--stack", "dev"]) == 0
+def test_preview_prints_resources_manifests_and_verdict(capsys):
+    assert preview.main(["--stack", "dev"]) == 0
     out = capsys.readouterr().out
     assert "Resources of gke-ray-tpu/dev (pulumi up would create): 16 resources in 6 components" in out
     assert "gcp:container/nodePool:NodePool  slice-1-pool  (name=v6e-16-1  location=us-east5-b  machineType=ct6e-standard-4t  nodeCount=4)" in out
@@ -83,10 +75,10 @@ def test_plan_prints_resources_manifests_and_verdict(capsys):
     assert "verdict: fits (margin +5.58 GiB)" in out
 
 
-def test_plan_exit_codes(capsys):
-    assert plan.main(["--section", "training", "ici_tensor_parallelism=2"]) == 1
+def test_preview_exit_codes(capsys):
+    assert preview.main(["--section", "training", "ici_tensor_parallelism=2"]) == 1
     assert "MISMATCH" in capsys.readouterr().out
-    assert plan.main(["--preset", "llama3-405b"]) == 2
-    assert "invalid config --preset='llama3-405b': expected one of llama3-8b" in capsys.readouterr().err
-    assert plan.main(["--stack", "nosuch"]) == 2
+    assert preview.main(["--preset", "llama3-405b"]) == 2
+    assert "invalid config --preset='llama3-405b': expected one of llama3-70b, llama3-8b, llama3-8b-elastic, tiny-cpu" in capsys.readouterr().err
+    assert preview.main(["--stack", "nosuch"]) == 2
     assert "no stack file" in capsys.readouterr().err

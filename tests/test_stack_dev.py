@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from components.offline import MOCK_PROJECT_NUMBER
-from components.validation import validate_core, validate_ray_cluster
+from stack.mock_engine import MOCK_CHANNEL_VERSIONS, MOCK_PROJECT_NUMBER
+from stack.resource_tree import with_integers
+from tests.schemas import validate_core, validate_ray_cluster
 from tests.conftest import SHARED
 
 NETWORK = "gcp:compute/network:Network"
@@ -69,7 +70,8 @@ def test_cluster_has_the_tutorial_add_ons_datapath_identity_and_version(dev_run)
     }
     assert cluster["datapathProvider"] == "ADVANCED_DATAPATH"
     assert cluster["workloadIdentityConfig"] == {"workloadPool": "my-tpu-project.svc.id.goog"}
-    assert cluster["minMasterVersion"] == "1.35.2-gke.1842000"
+    # A minor, not a patch: GKE creates the channel's newest 1.35 (preview checks RAPID offers one).
+    assert cluster["minMasterVersion"] == "1.35"
     assert cluster["releaseChannel"] == {"channel": "RAPID"}
     # Standard mode: enable_autopilot must be absent, never False (pulumi-gcp#2881).
     assert "enableAutopilot" not in cluster
@@ -100,7 +102,8 @@ def test_one_tpu_pool_per_slice_with_every_tutorial_flag(dev_run):
         assert node["labels"] == {"cloud.google.com/gke-networking-dra-driver": "true"}
         assert node["oauthScopes"] == ["https://www.googleapis.com/auth/cloud-platform"]
         assert node["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
-        assert node["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
+        # Stated, as the API's default (the tutorial's command gets it): a matching reservation, else on demand.
+        assert node["reservationAffinity"] == {"consumeReservationType": "ANY_RESERVATION"}
         assert "spot" not in node
         assert inputs["networkConfig"]["additionalNodeNetworkConfigs"] == [
             {"network": "ray-tpu-multislice-net-1", "subnetwork": "ray-tpu-multislice-tpu-subnet-1"},
@@ -229,7 +232,8 @@ def test_ray_cluster_equals_the_tutorial_manifest_except_documented_changes(ray_
     group = ours["spec"]["workerGroupSpecs"][0]
     group.pop("minReplicas"), group.pop("maxReplicas")
     group["template"]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "two-netdev"
-    assert ours == tutorial
+    group["template"]["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    assert with_integers(ours) == tutorial
 
 
 def test_stack_outputs_feed_the_submit_step(dev_run):
@@ -239,6 +243,7 @@ def test_stack_outputs_feed_the_submit_step(dev_run):
         "zone": "us-east5-b",
         "clusterName": "ray-tpu-multislice",
         "clusterLocation": "us-east5-b",
+        "clusterVersion": MOCK_CHANNEL_VERSIONS["RAPID"][2],  # the channel's newest 1.35
         "namespace": "default",
         "ksaName": "ray-tpu-ksa",
         "bucketName": "my-tpu-project-maxtext-checkpoints",

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from components.errors import ConfigError
-from components.offline import OfflineRun, run_offline
-from components.validation import validate_core, validate_ray_cluster
+from core.errors import ConfigError
+from stack.mock_engine import OfflineRun, run_offline
+from tests.schemas import validate_core, validate_ray_cluster
 from tests.test_stack_dev import CLAIM, CLUSTER, NETWORK, NODE_POOL, RAYCLUSTER, tpu_pools
 
 COMPUTE_CLASS = "kubernetes:cloud.google.com/v1:ComputeClass"
@@ -31,7 +31,7 @@ def test_autopilot_cluster_is_regional_and_has_no_standard_only_fields(autopilot
     cluster = autopilot.one(CLUSTER).inputs
     assert cluster["enableAutopilot"] is True
     assert cluster["location"] == "us-east5"
-    assert cluster["minMasterVersion"] == "1.35.2-gke.1842000"
+    assert cluster["minMasterVersion"] == "1.35"
     assert cluster["addonsConfig"]["rayOperatorConfigs"] == [{"enabled": True}]
     for standard_only in ("nodeConfig", "removeDefaultNodePool", "initialNodeCount", "datapathProvider"):
         assert standard_only not in cluster
@@ -44,19 +44,23 @@ def test_autopilot_gets_tpus_from_a_dranet_compute_class_not_node_pools(autopilo
     compute_class = autopilot.one(COMPUTE_CLASS).inputs
     assert compute_class["metadata"] == {"name": "maxtext-tpu-cluster-tpu"}
     assert compute_class["spec"]["nodePoolConfig"] == {"dra": {"networking": {"enabled": True}}}
+    # Google's DRANET ComputeClass for TPUs: the machine type, ANP auto; accelerator and topology come from the pods.
     assert compute_class["spec"]["priorities"] == [
-        {"tpu": {"type": "tpu-v6e-slice", "count": 4, "topology": "4x4"}, "spot": False, "acceleratorNetworkProfile": "auto"}
+        {"machineType": "ct6e-standard-4t", "spot": False, "acceleratorNetworkProfile": "auto"}
     ]
     group, container, _ = worker(autopilot)
     assert group["template"]["spec"]["nodeSelector"]["cloud.google.com/compute-class"] == "maxtext-tpu-cluster-tpu"
-    assert autopilot.one(CLAIM).inputs["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 2
+    # ANP auto makes the networks: the pod takes every netdev of the node, as in Google's sample.
+    assert autopilot.one(CLAIM).inputs["spec"]["spec"]["devices"]["requests"][0]["exactly"] == {
+        "deviceClassName": "netdev.google.com", "allocationMode": "All"
+    }
 
 
 def test_autopilot_below_its_dranet_minimum_is_rejected(run_stack):
-    # 1.34.1-gke.1829001 is enough for Standard, not for Autopilot.
-    with pytest.raises(ConfigError, match=r"gke-ray-tpu:clusterVersion='1.34.1-gke.1829001'.*1.35.2-gke.1842000"):
-        run_stack(clusterMode="autopilot", clusterVersion="1.34.1-gke.1829001")
-    assert run_stack(clusterVersion="1.34.1-gke.1829001").one(CLUSTER).inputs["minMasterVersion"] == "1.34.1-gke.1829001"
+    # 1.34 holds the Standard minimum (1.34.1-gke.1829001), not the Autopilot one.
+    with pytest.raises(ConfigError, match=r"gke-ray-tpu:clusterVersion='1.34': expected 1.35.2-gke.1842000 or later"):
+        run_stack(clusterMode="autopilot", clusterVersion="1.34")
+    assert run_stack(clusterVersion="1.34").one(CLUSTER).inputs["minMasterVersion"] == "1.34"
 
 
 def test_one_slice_stack(run_stack):
@@ -148,12 +152,13 @@ BAD_CONFIG = [
     ("dcnCidrs", json.dumps(["10.50.0.1/16"]), r"dcnCidrs='10.50.0.1/16': expected an IPv4 network in CIDR form"),
     ("dcnCidrs", json.dumps(["8.8.0.0/16"]), r"dcnCidrs='8.8.0.0/16': expected a private IPv4 range"),
     ("dcnCidrs", "10.50.0.0/16", r"dcnCidrs='10.50.0.0/16': expected a JSON list"),
+    ("dcnCidrs", json.dumps(["10.50.0.0/16", "10.60.0.0/16", "10.70.0.0/16"]), r"dcnCidrs=.*: expected at most 2 networks: a ct6e-standard-4t host has 2 NICs"),
     ("clusterVersion", "1.34.0-gke.100", r"clusterVersion='1.34.0-gke.100': expected 1.34.1-gke.1829001 or later"),
-    ("clusterVersion", "latest", r"clusterVersion='latest': expected a GKE version like 1.35.2-gke.1842000"),
+    ("clusterVersion", "latest", r"clusterVersion='latest': expected a GKE minor such as 1.35 .* or an exact version"),
     ("numSlices", "0", r"numSlices=0: expected an integer between 1 and 64"),
     ("numSlices", "two", r"numSlices='two': expected an integer"),
     ("elasticMinSlices", "3", r"elasticMinSlices=3: expected an integer between 1 and 2"),
-    ("bucketName", "My_Bucket", r"bucketName='My_Bucket': expected 3-63 chars"),
+    ("bucketName", "My_Bucket", r"bucketName='My_Bucket': expected a Cloud Storage bucket name: 3-63 lowercase"),
     ("bucketName", "goog-checkpoints", r"bucketName='goog-checkpoints'"),
     ("bucketName", "192.168.1.1", r"bucketName='192.168.1.1'"),
     ("bucketName", None, r"gke-ray-tpu:bucketName=None: expected a value"),
@@ -163,7 +168,7 @@ BAD_CONFIG = [
     ("tpuTopolgy", "4x4", r"gke-ray-tpu:tpuTopolgy='4x4': expected a known key"),
     ("gcp:zone", "europe-west4-a", r"gcp:zone='europe-west4-a': expected a zone of gcp:region us-east5"),
     ("gcp:project", None, r"gcp:project=None: expected a value"),
-    ("plannedOverrides", "[1]", r"plannedOverrides='\[1\]': expected a JSON object of MaxText keys"),
+    ("plannedOverrides", "[1]", r"plannedOverrides='\[1\]': expected a JSON dict such as"),
     ("rayImage", "ray image", r"rayImage='ray image': expected an image reference"),
 ]
 

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from components.errors import ConfigError
-from components.tpu_catalogue import GENERATIONS, slice_shape
+from core.errors import ConfigError
+from core.tpu_catalogue import GENERATIONS, slice_shape
 from tests.conftest import REPO_ROOT
 
 SHAPES = [
@@ -69,7 +69,10 @@ def test_unknown_generation_lists_the_known_ones():
         slice_shape("v3", "2x2", generation_key="tpuGeneration")
 
 
-def test_catalogue_imports_without_pulumi():
-    code = "import sys, components.tpu_catalogue, components.stack_config; print('pulumi' in sys.modules)"
+def test_core_imports_without_pulumi_ray_or_jax():
+    code = (
+        "import sys, core.tpu_catalogue, core.job_spec, core.estimates, core.gke, core.naming;"
+        "print(sorted(m for m in ('pulumi', 'ray', 'jax') if m in sys.modules) or 'none')"
+    )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "False"
+    assert result.stdout.strip() == "none"

@@ -7,11 +7,13 @@ import shlex
 
 import pytest
 
-from components.errors import ConfigError
-from training import stack_outputs, submit, trainer
-from training.job import DEFAULT_CONFIG, JobSpec, maxtext_argv, parse_overrides
-from training.jobs import submission_id_for
-from training.presets import PRESETS, get_preset
+from core.errors import ConfigError
+from core.job_spec import DEFAULT_CONFIG, JobSpec, build_job, parse_overrides, submission_id_for
+from core.presets import PRESETS, get_preset
+from training.driver import stack_outputs
+from training.driver.request import SubmitRequest
+from training.driver.submission import SHIPPED, Submission, for_cluster
+from training.worker import trainer
 
 # The MaxText part of the tutorial's `ray job submit ... -- python maxtext_multi_slice_trainer.py`
 # commands, verbatim (after base.yml).
@@ -27,6 +29,8 @@ TUTORIAL_70B = (
 # The tutorial's elastic 8B run, plus a checkpoint every 25 steps: MaxText's default of 10000
 # would make a restart redo the whole run.
 TUTORIAL_ELASTIC_8B = [*TUTORIAL_8B[:-1], "checkpoint_period=25", "run_name=rayjob-elastic-8b"]
+CACHE = "jax_cache_dir=/data/jax-cache"
+"""A cluster run's compilation cache: in the bucket, shared by every host and every run of the stack."""
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +41,9 @@ def dev_outputs_file(dev_run, tmp_path_factory):
     return path
 
 
-def plan(dev_outputs_file, *argv: str) -> submit.Plan:
-    args = submit._parser().parse_args(["--outputs-file", str(dev_outputs_file), *argv])
-    return submit.plan_cluster(args, stack_outputs.load_file(args.outputs_file))
+def plan(dev_outputs_file, *argv: str) -> Submission:
+    request = SubmitRequest.from_argv(["--outputs-file", str(dev_outputs_file), *argv])
+    return for_cluster(request, stack_outputs.load_file(request.outputs_file))
 
 
 @pytest.fixture(scope="module")
@@ -57,18 +61,22 @@ def outputs_with(dev_run, tmp_path_factory):
     [("llama3-8b", TUTORIAL_8B), ("llama3-70b", TUTORIAL_70B), ("llama3-8b-elastic", TUTORIAL_ELASTIC_8B)],
 )
 def test_presets_render_the_tutorial_argv(preset, tutorial):
-    assert maxtext_argv(get_preset(preset), "/data/") == [DEFAULT_CONFIG, *tutorial]
+    p = get_preset(preset)
+    spec = build_job(p, base_output_directory="/data/", run_name=p.run_name, slices=2, generation="v6e", topology="4x4")
+    assert spec.maxtext_argv == [DEFAULT_CONFIG, *tutorial]
 
 
 def test_70b_on_the_dev_stack_is_the_tutorial_command(dev_outputs_file):
     p = plan(dev_outputs_file, "--preset", "llama3-70b", "run_name=rayjob-multi-slice-70b-fsdp")
     assert shlex.split(p.entrypoint) == [
-        "python", "-m", "training.trainer",
+        "python", "-m", "training.worker.trainer",
         "--backend", "tpu", "--slices", "2", "--generation", "v6e", "--topology", "4x4",
-        DEFAULT_CONFIG, *TUTORIAL_70B,
+        DEFAULT_CONFIG, *TUTORIAL_70B[:-1], CACHE, TUTORIAL_70B[-1],
     ]
-    assert p.runtime_env["working_dir"] == str(submit.REPO_ROOT)
-    assert {".venv", ".git", "local-runs"} <= set(p.runtime_env["excludes"])
+    # Only the two packages the job imports travel, not the repository.
+    assert [path.rsplit("/", 1)[1] for path in p.runtime_env["py_modules"]] == ["core", "training"]
+    assert p.runtime_env["py_modules"] == SHIPPED and "working_dir" not in p.runtime_env
+    assert p.runtime_env["env_vars"] == {"RAY_TRAIN_V2_ENABLED": "1", "RAY_DEDUP_LOGS": "0"}
     assert p.checkpoints == "gs://my-tpu-project-maxtext-checkpoints/rayjob-multi-slice-70b-fsdp/checkpoints"
 
 
@@ -82,8 +90,10 @@ def test_the_trainer_turns_that_command_into_the_tutorial_scaling_config(dev_out
     r = trainer.run_config(spec)
     assert (r.name, r.failure_config.max_failures) == ("r1", 0)
     assert r.worker_runtime_env == {
-        "uv": {"packages": ["maxtext[tpu]==0.2.5"], "uv_pip_install_options": ["--resolution=lowest"]}
+        "uv": {"packages": ["maxtext[tpu]==0.2.5"], "uv_pip_install_options": ["--resolution=lowest"]},
+        "env_vars": trainer.WORKER_ENV,
     }
+    assert trainer.WORKER_ENV["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
 
 
 def test_elastic_preset_spans_whole_slices_with_three_retries(dev_outputs_file):
@@ -98,13 +108,13 @@ def test_elastic_flag_and_min_slices_on_a_static_preset(dev_outputs_file):
     p = plan(dev_outputs_file, "--preset", "llama3-8b", "--elastic")
     assert p.spec.min_slices == 1
     # A run that may restart checkpoints every 25 steps unless told otherwise.
-    assert p.spec.overrides["checkpoint_period"] == "25" and p.notes[0].startswith("checkpoint_period=25: ")
+    assert p.spec.maxtext["checkpoint_period"] == 25 and p.spec.notes[0].startswith("checkpoint_period=25: ")
     spec = plan(dev_outputs_file, "--preset", "llama3-8b", "--min-slices", "2", "--max-failures", "5",
                 "checkpoint_period=7").spec
-    assert (spec.min_slices, spec.failures_allowed, spec.overrides["checkpoint_period"]) == (2, 5, "7")
+    assert (spec.min_slices, spec.failures_allowed, spec.maxtext["checkpoint_period"]) == (2, 5, 7)
     assert trainer.scaling_config(spec).num_workers == (8, 8)
     # A static run keeps MaxText's default (no key at all), as in the tutorial.
-    assert "checkpoint_period" not in plan(dev_outputs_file, "--preset", "llama3-8b").spec.overrides
+    assert "checkpoint_period" not in plan(dev_outputs_file, "--preset", "llama3-8b").spec.maxtext
 
 
 def test_elastic_range_is_the_stacks_min_and_num_slices_in_hosts(outputs_with):
@@ -125,16 +135,16 @@ def test_elastic_range_is_the_stacks_min_and_num_slices_in_hosts(outputs_with):
 def test_spot_stack_makes_a_static_run_restartable(outputs_with):
     spot = outputs_with(spot=True)
     p = plan(spot, "--preset", "llama3-8b")
-    assert (p.spec.elastic, p.spec.failures_allowed, p.spec.overrides["checkpoint_period"]) == (False, 3, "25")
+    assert (p.spec.elastic, p.spec.failures_allowed, p.spec.maxtext["checkpoint_period"]) == (False, 3, 25)
     assert "--max-failures 3" in p.entrypoint
-    assert p.notes[0].startswith("Spot slices: max_failures=3, so a reclaimed slice restarts the job")
+    assert p.spec.notes[0].startswith("Spot slices: max_failures=3, so a reclaimed slice restarts the job")
     assert trainer.run_config(p.spec).failure_config.max_failures == 3
     # Asked to fail fast: no retries, no extra checkpoints.
     p = plan(spot, "--preset", "llama3-8b", "--max-failures", "0")
-    assert (p.spec.failures_allowed, "checkpoint_period" in p.spec.overrides, p.notes) == (0, False, ())
-    # The elastic preset has its own period and the elastic default of 3.
+    assert (p.spec.failures_allowed, "checkpoint_period" in p.spec.maxtext, p.spec.notes) == (0, False, ())
+    # The elastic preset gets the elastic default of 3 and the restart period.
     p = plan(spot, "--preset", "llama3-8b-elastic")
-    assert (p.spec.failures_allowed, p.spec.overrides["checkpoint_period"], p.notes) == (3, "25", ())
+    assert (p.spec.failures_allowed, p.spec.maxtext["checkpoint_period"]) == (3, 25)
     # Not a Spot stack: a static run stays the tutorial's (max_failures=0).
     assert plan(outputs_with(spot=False), "--preset", "llama3-8b").spec.failures_allowed == 0
 
@@ -150,12 +160,11 @@ def test_unique_run_name_and_its_submission_id(dev_outputs_file):
     "item, key",
     [("run_name=a b", "run_name"), ("run_name=a/b", "run_name"), ("run_name=../x", "run_name"),
      ("run_name=" + "x" * 101, "run_name"), ("run_name=x-attempt-2", "run_name"), ("run_name=x\n", "run_name"),
-     ("steps=0", "steps"), ("steps=010", "steps"), ("steps=ten", "steps"), ("steps=1.5", "steps"), ("steps=\u00b2", "steps"),
+     ("steps=0", "steps"), ("steps=ten", "steps"), ("steps=1.5", "steps"), ("steps=\u00b2", "steps"),
      ("checkpoint_period=-4", "checkpoint_period"), ("checkpoint_period=", "checkpoint_period")],
 )
 def test_run_name_steps_and_checkpoint_period_are_checked(dev_outputs_file, item, key):
-    """A run name is a directory and a job id (one run, one id); steps and the period are counts
-    (no leading zero: YAML would read 010 as octal 8)."""
+    """A run name is a directory and a job id (one run, one id); steps and the period are counts."""
     with pytest.raises(ConfigError) as e:
         plan(dev_outputs_file, item)
     assert e.value.key == key
@@ -165,12 +174,15 @@ def test_run_name_steps_and_checkpoint_period_are_checked(dev_outputs_file, item
 def test_overrides_replace_in_place_and_new_keys_go_before_run_name(dev_outputs_file):
     argv = plan(dev_outputs_file, "--preset", "llama3-8b", "steps=20", "checkpoint_period=5", "run_name=mine").spec.maxtext_argv
     assert argv[argv.index("steps=20") - 1] == "model_name=llama3-8b"
-    assert argv[-2:] == ("checkpoint_period=5", "run_name=mine")
+    assert argv[-3:] == ["checkpoint_period=5", CACHE, "run_name=mine"]
     assert "steps=100" not in argv
 
 
 def test_parse_overrides_rejects_items_without_a_key():
-    assert parse_overrides(["a=1", "b=x=y", "c="]) == {"a": "1", "b": "x=y", "c": ""}
+    # Typed as MaxText's parser types them: ints, floats and booleans, else text.
+    assert parse_overrides(["a=1", "b=x=y", "c=", "d=1e-3", "e=true", "f=4x4"]) == {
+        "a": 1, "b": "x=y", "c": "", "d": 0.001, "e": True, "f": "4x4"
+    }
     for bad in ("steps", "=5", "1x=2", "--steps=5"):
         with pytest.raises(ConfigError, match="key=value"):
             parse_overrides([bad])
@@ -186,7 +198,7 @@ def test_mismatch_on_the_dev_stack_names_the_keys(dev_outputs_file):
     with pytest.raises(ConfigError) as e:
         plan(dev_outputs_file, "--preset", "llama3-8b", "ici_tensor_parallelism=2")
     assert e.value.key == "ici_fsdp_parallelism*ici_tensor_parallelism" and e.value.value == "4*2=8"
-    assert "16 chips of one v6e 4x4 slice" in e.value.expected
+    assert "16 chips of one v6e-16 slice" in e.value.expected
 
 
 def test_elastic_min_above_the_stack_slices(dev_outputs_file):
@@ -223,24 +235,23 @@ def test_trainer_flag_errors_exit_2_naming_the_flag(capsys):
 
 
 def test_cpu_backend_validates_mesh_as_one_slice_of_workers():
-    spec = JobSpec("cpu", (DEFAULT_CONFIG, "base_output_directory=/o", "run_name=r"), slices=2)
+    spec = JobSpec("cpu", {"base_output_directory": "/o", "run_name": "r"}, slices=2)
     spec.validate()
     assert trainer.scaling_config(spec).num_workers == 2
     assert trainer.scaling_config(spec).resources_per_worker == {"CPU": 1}
-    assert trainer.run_config(spec).worker_runtime_env == {"env_vars": {"JAX_PLATFORMS": "cpu"}}
+    assert trainer.run_config(spec).worker_runtime_env == {"env_vars": {**trainer.WORKER_ENV, "JAX_PLATFORMS": "cpu"}}
     with pytest.raises(ConfigError, match="local run of 2 CPU workers"):
-        JobSpec("cpu", (DEFAULT_CONFIG, "base_output_directory=/o", "run_name=r", "ici_tensor_parallelism=4"),
-                slices=2).validate()
+        JobSpec("cpu", {"base_output_directory": "/o", "run_name": "r", "ici_tensor_parallelism": 4}, slices=2).validate()
 
 
 def test_worker_argv_makes_an_existing_config_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "base.yml").write_text("steps: 1\n")
-    spec = JobSpec("cpu", ("base.yml", "base_output_directory=/o", "run_name=r"), slices=1)
+    spec = JobSpec("cpu", {"base_output_directory": "/o", "run_name": "r"}, slices=1, config="base.yml")
     assert trainer.worker_argv(spec) == [
-        "training.trainer", str(tmp_path / "base.yml"), "base_output_directory=/o", "run_name=r",
+        "training.worker.trainer", str(tmp_path / "base.yml"), "base_output_directory=/o", "run_name=r",
         "skip_jax_distributed_system=true",
     ]
     # Not a file here: left for MaxText to resolve in its installed package.
-    tpu = JobSpec("tpu", (DEFAULT_CONFIG, "run_name=r"), slices=1, generation="v6e", topology="4x4")
-    assert trainer.worker_argv(tpu) == ["training.trainer", DEFAULT_CONFIG, "run_name=r"]
+    tpu = JobSpec("tpu", {"run_name": "r"}, slices=1, generation="v6e", topology="4x4")
+    assert trainer.worker_argv(tpu) == ["training.worker.trainer", DEFAULT_CONFIG, "run_name=r"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from tests.test_training_local_job import reported_losses
-from training.drill import kill_a_worker
-from training.local_ray import LocalRayHead
+from tests.drill import kill_a_worker
+from training.driver.local_ray import LocalRayHead
 
 STEPS = 16
 PERIOD = 4

@@ -22,11 +22,13 @@ import pytest
 import requests
 from ray.job_submission import JobStatus, JobSubmissionClient
 
-from training import port_forward, submit
-from training.jobs import submission_id_for
-from training.local_ray import LocalRayHead
-from training.progress import Progress
-from training.testing import FakeCoreV1, pod
+from training import submit
+from training.driver import port_forward
+from core.job_spec import submission_id_for
+from training.driver.local_ray import LocalRayHead
+from training.driver.progress import Progress
+from tests.conftest import REPO_ROOT
+from tests.fakes import FakeCoreV1, pod
 
 RUN = "pytest-tiny"
 
@@ -54,7 +56,7 @@ def _submit(*argv: str) -> tuple[int, str]:
 @pytest.fixture(scope="module")
 def local_job(ray_head, tmp_path_factory):
     out = tmp_path_factory.mktemp("local-runs")
-    rc, err = _submit("--local", "--address", ray_head.address, "--output-dir", str(out), "--quiet", f"run_name={RUN}")
+    rc, err = _submit("--local", "--address", ray_head.address, "--output-dir", str(out), f"run_name={RUN}")
     return rc, err, out
 
 
@@ -89,7 +91,7 @@ def test_the_same_run_again_reports_it_and_submits_nothing(ray_head, local_job):
     _, _, out = local_job
     client = JobSubmissionClient(ray_head.address)
     jobs_before = len(client.list_jobs())
-    rc, err = _submit("--local", "--address", ray_head.address, "--output-dir", str(out), "--quiet", f"run_name={RUN}")
+    rc, err = _submit("--local", "--address", ray_head.address, "--output-dir", str(out), f"run_name={RUN}")
     assert rc == 0, err
     sid = submission_id_for(RUN)
     assert f"[submit] {sid} already SUCCEEDED; nothing to submit" in err
@@ -128,8 +130,8 @@ def test_port_forward_reaches_the_jobs_api(ray_head, monkeypatch):
 def _start_submit(ray_head, out, run: str, *overrides: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "training.submit", "--local", "--address", ray_head.address,
-         "--output-dir", str(out), "--quiet", f"run_name={run}", *overrides],
-        cwd=submit.REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+         "--output-dir", str(out), f"run_name={run}", *overrides],
+        cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
 
 
@@ -171,7 +173,7 @@ def test_stopped_from_outside_then_resumed_as_attempt_2_then_ctrl_c(ray_head, tm
 
 def test_a_job_that_maxtext_rejects_fails_with_its_error_lines(ray_head, tmp_path):
     """A key MaxText does not know passes the submit checks and fails in MaxText on every worker."""
-    rc, err = _submit("--local", "--address", ray_head.address, "--output-dir", str(tmp_path), "--quiet",
+    rc, err = _submit("--local", "--address", ray_head.address, "--output-dir", str(tmp_path),
                       "run_name=pytest-bad-key", "no_such_key=1")
     sid = submission_id_for("pytest-bad-key")
     assert rc == 1 and "Traceback" not in err, err

@@ -16,12 +16,14 @@ import aiohttp
 import pytest
 import requests
 
-from components.errors import ConfigError
-from training import jobs, port_forward, retry, stack_outputs, submit
-from training.errors import ClusterError
-from training.job import JobSpec
-from training.progress import Progress, StepMetrics, WorkerGroup, parse_line
-from training.testing import FakeCoreV1, FakeJobsClient, pod
+from core.errors import ConfigError
+from core.job_spec import JobSpec
+from training import submit
+from training.driver import jobs_client as jobs
+from training.driver import port_forward, request, retry, stack_outputs
+from training.driver.errors import ClusterError
+from training.driver.progress import Progress, StepMetrics, WorkerGroup, parse_line
+from tests.fakes import FakeCoreV1, FakeJobsClient, pod
 
 
 @pytest.fixture(scope="module")
@@ -48,16 +50,26 @@ def delays(monkeypatch) -> list[float]:
     return slept
 
 
+@pytest.fixture(autouse=True)
+def run_dirs(tmp_path, monkeypatch):
+    """Job logs and loss curves go to a temporary directory, not the repository's local-runs/."""
+    monkeypatch.setattr(request, "DEFAULT_LOCAL_DIR", tmp_path / "runs")
+    return tmp_path / "runs"
+
+
 @pytest.fixture
 def fake_cluster(monkeypatch):
-    """submit.main talks to this FakeJobsClient instead of a cluster; returns a setter."""
+    """submit.main talks to this FakeJobsClient instead of a cluster; returns a setter.
+
+    The loss curve of these runs would be read from a bucket: recorded, not drawn."""
     holder = {}
 
     @contextlib.contextmanager
-    def job_client(args, outputs, plan, log):
+    def job_client(request, outputs, workers, log):
         yield holder["client"]
 
     monkeypatch.setattr(submit, "job_client", job_client)
+    monkeypatch.setattr(submit, "_report", lambda spec, run_dir, outputs, log: holder.setdefault("reports", []).append(spec.run_name))
 
     def use(client: FakeJobsClient) -> FakeJobsClient:
         holder["client"] = client
@@ -133,7 +145,7 @@ def test_stack_without_the_pulumi_cli(monkeypatch):
 def test_cli_errors_are_one_line_with_status_2(capsys, tmp_path, dev_outputs):
     f = write(tmp_path, dev_outputs)
     cases = {
-        ("--outputs-file", f, "--preset", "llama3-405b"): "--preset='llama3-405b': expected one of llama3-8b",
+        ("--outputs-file", f, "--preset", "llama3-405b"): "--preset='llama3-405b': expected one of llama3-70b, llama3-8b",
         ("--outputs-file", f, "ici_fsdp_parallelism=4", "ici_tensor_parallelism=2"):
             "ici_fsdp_parallelism*ici_tensor_parallelism='4*2=8': expected a product of 16",
         ("--outputs-file", f, "--min-slices", "3"): "--min-slices=3: expected between 1 and --slices (2)",
@@ -230,7 +242,7 @@ def test_backoff_doubles_up_to_the_cap():
 def test_a_flaky_api_is_retried_and_one_job_is_submitted(capsys, tmp_path, dev_outputs, fake_cluster, delays):
     """Every call fails twice (connection reset), then answers."""
     cluster = fake_cluster(FakeJobsClient(fail=2, error=RESET, log=STEPS_LOG))
-    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--quiet", "run_name=flaky")
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "run_name=flaky")
     assert rc == 0, err
     assert [job["submission_id"] for job in cluster.submitted] == ["maxtext-flaky"]
     assert "[submit] listing the cluster's jobs: ('Connection aborted.', ConnectionResetError(104, " \
@@ -246,7 +258,7 @@ def test_a_flaky_api_is_retried_and_one_job_is_submitted(capsys, tmp_path, dev_o
 
 def test_a_submit_whose_response_was_lost_is_not_submitted_twice(capsys, tmp_path, dev_outputs, fake_cluster, delays):
     cluster = fake_cluster(FakeJobsClient(lose_submit_response=True, log=STEPS_LOG))
-    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--quiet", "run_name=lost")
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "run_name=lost")
     assert rc == 0, err
     assert len(cluster.submitted) == 1 and delays == [1]
     assert "[submit] submitting maxtext-lost: [Errno 104] Connection reset by peer; retry 1/5 in 1 s" in err
@@ -274,14 +286,15 @@ def test_an_answer_is_not_retried(capsys, tmp_path, dev_outputs, fake_cluster, d
 
 
 def test_a_dropped_log_stream_is_reconnected_without_repeating_the_log(capsys, tmp_path, dev_outputs, fake_cluster,
-                                                                         delays):
+                                                                         delays, run_dirs):
     cluster = fake_cluster(FakeJobsClient(log=STEPS_LOG, drop_stream=2))
-    rc = submit.main(["--outputs-file", write(tmp_path, dev_outputs), "run_name=dropped"])
+    rc = submit.main(["--outputs-file", write(tmp_path, dev_outputs), "--verbose", "run_name=dropped"])
     out, err = capsys.readouterr()
     assert rc == 0 and cluster.streams == 2 and delays == [1]
     assert "[submit] following the log of maxtext-dropped: WebSocket connection closed unexpectedly" in err
     assert [err.count(f"[submit] step {n}/100 ") for n in (1, 2, 3)] == [1, 1, 1]
-    assert out == STEPS_LOG + "\n"  # the echoed log, each line once
+    assert out == STEPS_LOG + "\n"  # --verbose echoes the log, each line once
+    assert (run_dirs / "dropped" / "job.log").read_text() == STEPS_LOG + "\n"  # and the file has it too
 
 
 @pytest.mark.parametrize(
@@ -314,7 +327,7 @@ def test_attempt_ids_belong_to_one_run():
 def test_a_failed_run_is_resubmitted_as_the_next_attempt(capsys, tmp_path, dev_outputs, fake_cluster):
     cluster = fake_cluster(FakeJobsClient({"maxtext-r": "STOPPED", "maxtext-r-attempt-2": "FAILED",
                                            "maxtext-other": "RUNNING"}, log=STEPS_LOG))
-    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--quiet", "run_name=r")
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "run_name=r")
     assert rc == 0, err
     [job] = cluster.submitted
     assert job["submission_id"] == "maxtext-r-attempt-3" and job["metadata"] == {"run_name": "r", "attempt": "3"}
@@ -326,11 +339,11 @@ def test_a_failed_run_is_resubmitted_as_the_next_attempt(capsys, tmp_path, dev_o
 def test_a_running_run_is_followed_and_a_succeeded_one_reported(capsys, tmp_path, dev_outputs, fake_cluster):
     outputs = write(tmp_path, dev_outputs)
     cluster = fake_cluster(FakeJobsClient({"maxtext-r": "RUNNING"}, log=STEPS_LOG))
-    rc, err = run_cli(capsys, "--outputs-file", outputs, "--quiet", "run_name=r")
+    rc, err = run_cli(capsys, "--outputs-file", outputs, "run_name=r")
     assert (rc, cluster.submitted) == (0, [])
     assert "[submit] maxtext-r is RUNNING; following it instead of submitting a second job of this run" in err
     cluster = fake_cluster(FakeJobsClient({"maxtext-r": "FAILED", "maxtext-r-attempt-2": "SUCCEEDED"}, log=STEPS_LOG))
-    rc, err = run_cli(capsys, "--outputs-file", outputs, "--quiet", "run_name=r")
+    rc, err = run_cli(capsys, "--outputs-file", outputs, "run_name=r")
     assert (rc, cluster.submitted, cluster.streams) == (0, [], 0)
     assert err.splitlines()[-1] == (
         "[submit] maxtext-r-attempt-2 SUCCEEDED: 3 steps, loss 6.061 -> 5.282; "
@@ -340,7 +353,7 @@ def test_a_running_run_is_followed_and_a_succeeded_one_reported(capsys, tmp_path
 
 def test_a_failed_job_shows_its_last_error_lines_and_exits_1(capsys, tmp_path, dev_outputs, fake_cluster):
     fake_cluster(FakeJobsClient(final="FAILED", log=STEPS_LOG + FAILURE_LOG))
-    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--quiet", "run_name=bad")
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "run_name=bad")
     assert rc == 1 and "Traceback" not in err
     assert err.splitlines()[-4:] == [
         "[submit] maxtext-bad FAILED; its last error lines:",
@@ -352,14 +365,14 @@ def test_a_failed_job_shows_its_last_error_lines_and_exits_1(capsys, tmp_path, d
 
 def test_a_job_that_failed_before_logging_shows_rays_message(capsys, tmp_path, dev_outputs, fake_cluster):
     fake_cluster(FakeJobsClient(final="FAILED", message="runtime_env setup failed:\nFailed to install uv packages.\n"))
-    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--quiet", "run_name=env")
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "run_name=env")
     assert rc == 1
     assert err.splitlines()[-3:-1] == ["[submit]     runtime_env setup failed:", "[submit]     Failed to install uv packages."]
 
 
 def test_a_job_stopped_from_outside_exits_1_saying_stopped(capsys, tmp_path, dev_outputs, fake_cluster):
     fake_cluster(FakeJobsClient(final="STOPPED", log=STEPS_LOG))
-    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--quiet", "run_name=s")
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "run_name=s")
     assert rc == 1
     assert err.splitlines()[-2:] == [
         "[submit] maxtext-s was STOPPED (Ctrl-C, `ray job stop` or the dashboard)",
@@ -383,7 +396,7 @@ def test_ctrl_c_while_streaming_stops_the_job_and_exits_130_cleanly(capsys, tmp_
     cluster = fake_cluster(InterruptedCluster(final="RUNNING"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--quiet", "run_name=c")
+        rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "run_name=c")
         gc.collect()
     assert (rc, cluster.stopped) == (130, ["maxtext-c"]), err
     assert "[submit] interrupted: stopping maxtext-c" in err and "Traceback" not in err
@@ -410,7 +423,7 @@ def test_the_log_streams_event_loop_is_built_before_the_job_is_submitted(capsys,
 
     monkeypatch.setattr(asyncio.events, "new_event_loop", recording_new_event_loop)
     fake_cluster(RecordingCluster(log=STEPS_LOG, drop_stream=2))
-    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--quiet", "run_name=order")
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "run_name=order")
     assert rc == 0, err
     assert events == ["loop", "submit"]
 

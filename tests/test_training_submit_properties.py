@@ -21,9 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from training import stack_outputs, submit
-from training.job import JobSpec
-from training.testing import FakeJobsClient
+from core.job_spec import JobSpec
+from tests.fakes import FakeJobsClient
+from training import submit
+from training.driver import stack_outputs
 
 ERROR = "python -m training.submit: error: "
 
@@ -60,7 +61,7 @@ class Case:
     max_failures: int | None = None
     overrides: list[str] = field(default_factory=list)
     output_dir_is_file: bool = False
-    quiet: bool = True
+    verbose: bool = False
 
 
 cases = st.builds(
@@ -74,7 +75,7 @@ cases = st.builds(
     max_failures=st.one_of(st.none(), st.integers(-3, 5)),
     overrides=st.lists(st.sampled_from(OVERRIDES), max_size=3, unique_by=lambda o: o.split("=")[0]),
     output_dir_is_file=st.booleans(),
-    quiet=st.booleans(),
+    verbose=st.booleans(),
 )
 
 
@@ -85,18 +86,20 @@ def broken_rules(case: Case, dev_outputs: dict) -> set[str]:
     if case.source == "both":
         return {"argparse"}
     broken: set[str] = set()
+    if any(o in ("no_equals", "=5") for o in case.overrides):
+        broken.add("override")  # overrides are parsed with the flags
     local = case.source == "local"
+    if case.output_dir_is_file:
+        broken.add("--output-dir")
     if local:
         preset = case.preset or "tiny-cpu"
         if preset != "tiny-cpu":
             broken.add("--preset")
-        if case.output_dir_is_file:
-            broken.add("--output-dir")
         num_slices, min_default, max_slices = None, 1, os.cpu_count() or 1
     else:
         changes, valid = OUTPUTS[case.outputs] if case.source == "file" else ({}, True)
         if not valid:
-            return {"outputs"}  # read before anything else
+            return broken | {"outputs"}  # read before the rest
         outputs = {**dev_outputs, **changes}
         preset = case.preset or "llama3-8b"
         if preset not in ("llama3-8b", "llama3-70b", "llama3-8b-elastic"):
@@ -106,8 +109,6 @@ def broken_rules(case: Case, dev_outputs: dict) -> set[str]:
     if preset not in ("llama3-8b", "llama3-70b", "llama3-8b-elastic", "tiny-cpu"):
         return broken  # nothing else is checked without a preset
     keys = dict(o.split("=", 1) for o in case.overrides if "=" in o and not o.startswith("="))
-    if any(o in ("no_equals", "=5") for o in case.overrides):
-        broken.add("override")
     if keys.get("steps") in ("0", "x", "010"):
         broken.add("steps")
     if keys.get("checkpoint_period") == "-1":
@@ -197,8 +198,8 @@ def argv_of(case: Case, files: dict[str, str], out_dir: str, a_file: str) -> lis
             argv += [flag, str(value)]
     if case.elastic:
         argv.append("--elastic")
-    if case.quiet:
-        argv.append("--quiet")
+    if case.verbose:
+        argv.append("--verbose")
     argv += ["--output-dir", a_file if case.output_dir_is_file else out_dir]
     return argv + case.overrides
 
@@ -210,18 +211,27 @@ def test_any_command_line_is_a_valid_plan_or_one_error_line(case, outputs_files,
     work = tmp_path_factory.getbasetemp()
     a_file = work / "a-file"
     a_file.write_text("not a directory")
-    opened = []
+    opened, built = [], []
 
     @contextlib.contextmanager
-    def job_client(args, outputs, plan, log):
-        opened.append(plan)
+    def job_client(request, outputs, workers, log):
+        opened.append(request)
         yield cluster
+
+    def recorded(build):
+        def wrapper(*args):
+            built.append(build(*args))
+            return built[-1]
+        return wrapper
 
     def load_stack(stack):
         return stack_outputs.from_mapping(dict(dev_outputs), f"stack {stack}")
 
     cluster = FakeJobsClient()
     monkeypatch.setattr(submit, "job_client", job_client)
+    monkeypatch.setattr(submit, "for_cluster", recorded(submit.for_cluster))
+    monkeypatch.setattr(submit, "for_local", recorded(submit.for_local))
+    monkeypatch.setattr(submit, "_report", lambda *args: None)
     monkeypatch.setattr(stack_outputs, "load_stack", load_stack)
     argv = argv_of(case, outputs_files, str(work / "runs"), str(a_file))
     broken = broken_rules(case, dev_outputs)
@@ -245,7 +255,7 @@ def test_any_command_line_is_a_valid_plan_or_one_error_line(case, outputs_files,
         [job] = cluster.submitted
         spec = JobSpec.from_argv(shlex.split(job["entrypoint"])[3:])
         spec.validate()
-        assert spec == opened[0].spec
+        assert spec == built[0].spec
         local = case.source == "local"
         outputs = None if local else {**dev_outputs, **OUTPUTS[case.outputs][0]} if case.source == "file" \
             else dev_outputs
@@ -267,4 +277,5 @@ def test_the_oracle_knows_a_valid_and_an_invalid_case(dev_outputs):
     assert broken_rules(Case("local", slices=1, overrides=["ici_tensor_parallelism=2"]), dev_outputs) == {"mesh"}
     assert broken_rules(Case("local", min_slices=3), dev_outputs) == {"slices"}
     assert broken_rules(Case("file", outputs="absent", preset="nope"), dev_outputs) == {"outputs"}
+    assert broken_rules(Case("file", outputs="absent", overrides=["=5"]), dev_outputs) == {"outputs", "override"}
     assert broken_rules(Case("file", overrides=["steps=010", "=5"]), dev_outputs) == {"steps", "override"}

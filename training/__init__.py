@@ -1,9 +1,10 @@
 """The training half: MaxText under Ray Train's JaxTrainer, submitted after deploy.
 
-- ``training.trainer``: the job's entry point on the Ray head (static or elastic).
 - ``training.submit``: the post-deploy command (``python -m training.submit``).
-- ``training.presets``: the tutorial's runs as data; ``training.parallelism``:
-  the sharding check shared with the planner.
+- ``training.report``: a run's loss and throughput curves (``python -m training.report``).
+- ``training.driver``: what those commands use on your machine (Jobs API, port-forward, progress).
+- ``training.worker``: what runs on Ray (``python -m training.worker.trainer``).
 
-Nothing here imports Pulumi at module level: the trainer runs on Ray nodes.
+The job itself (command line, presets, sharding check) is described in ``core``.
+Nothing here imports Pulumi at module level.
 """

@@ -1,0 +1,58 @@
+"""Estimates: per-chip HBM, training FLOPs / estimated step time, and TPU cost.
+
+No Pulumi and no JAX: these run anywhere, including inside ``pulumi preview``.
+
+>>> from core.tpu_catalogue import slice_shape
+>>> from core.estimates import estimate_hbm
+>>> b = estimate_hbm("llama3-8b", slice_shape("v6e", "4x4"), 2,
+...                  {"ici_fsdp_parallelism": 4, "ici_tensor_parallelism": 4}, 4, 4096)
+>>> b.fits
+True
+
+Modules: ``models`` (shapes as data), ``mesh`` (MaxText parallelism keys),
+``memory`` (HBM breakdown), ``flops`` (FLOPs and estimated step time),
+``prices`` (per chip-hour prices with source/date), ``cost``.
+"""
+
+from core.estimates.cost import CostEstimate, cost_per_hour, estimate_cost
+from core.estimates.flops import (
+    DEFAULT_MFU,
+    StepFlops,
+    StepTimeEstimate,
+    estimate_step_time,
+    training_tflops_per_device,
+)
+from core.estimates.memory import (
+    MODELLED_REMAT_POLICIES,
+    USABLE_HBM_FRACTION,
+    HbmBreakdown,
+    estimate_hbm,
+    estimate_hbm_from_config,
+)
+from core.estimates.mesh import Mesh, resolve_mesh
+from core.estimates.models import MODELS, ModelShape, get_model
+from core.estimates.prices import PRICES, ChipPrice, chip_price
+
+__all__ = [
+    "DEFAULT_MFU",
+    "MODELS",
+    "PRICES",
+    "MODELLED_REMAT_POLICIES",
+    "USABLE_HBM_FRACTION",
+    "ChipPrice",
+    "CostEstimate",
+    "HbmBreakdown",
+    "Mesh",
+    "ModelShape",
+    "StepFlops",
+    "StepTimeEstimate",
+    "chip_price",
+    "cost_per_hour",
+    "estimate_cost",
+    "estimate_hbm",
+    "estimate_hbm_from_config",
+    "estimate_step_time",
+    "get_model",
+    "resolve_mesh",
+    "training_tflops_per_device",
+]

@@ -1,0 +1,401 @@
+"""Per-chip HBM estimate for MaxText training of a dense Llama-style model.
+
+One model, applied the same way to every configuration (no special cases).
+Everything is per chip, in GiB (2**30 bytes; MaxText's "Memstats ... (GB)"
+lines are GiB too: Llama 3.1 70B bf16 over 8 v6e chips logs "16.43 / 31.25",
+and 70,553,706,496 x 2 B / 8 / 2**30 = 16.43).
+
+Components
+----------
+1. **Parameters** - ``num_params / (fsdp x tensor)`` in ``weight_dtype``
+   (MaxText default ``float32``). MaxText's logical axis rules shard ``embed``
+   over fsdp(+fsdp_transpose) and ``mlp``/``heads``/``kv_heads``/``vocab`` over
+   tensor; ``data`` replicates (``shard_optimizer_over_data: false``). Norm
+   scales (sharded over tensor only) are <0.01% of the weights and are
+   treated like the rest.
+2. **Gradients** - same count; MaxText ``train.py`` casts float32 gradients to
+   ``grad_dtype`` (default ``float32``) and leaves other dtypes alone, so
+   gradients are ``grad_dtype`` when weights are float32, else ``weight_dtype``.
+   They are all live at once: gradient clipping
+   (``gradient_clipping_threshold: 1.0``) needs the global norm before any
+   update.
+3. **Optimizer state** - ``opt_type: adamw``: ``mu`` in ``mu_dtype`` (empty =
+   inherit ``weight_dtype``) and ``nu`` in ``weight_dtype`` (base.yml: "nu_dtype
+   is always inherited from weights").
+4. **Saved activations** - with ``scan_layers: true`` each decoder layer keeps
+   its input (``decoder_layer_input``, the scan carry) plus the named tensors
+   its remat policy saves (``MODELLED_REMAT_POLICIES``; names and sets from
+   ``get_remat_policy`` in MaxText ``layers/decoders.py``), all in ``dtype``
+   (bfloat16). A ``[batch, length, X]`` activation has its batch split over
+   data x fsdp (``activation_batch``) and ``X`` split over tensor
+   (``activation_embed`` / ``activation_heads`` / ``activation_kv`` /
+   ``activation_mlp`` -> tensor), so per chip it holds
+   ``per_device_batch_size x max_target_length x X`` elements (x tensor when X
+   cannot be split, e.g. fewer KV heads than tensor shards).
+5. **Transient working set** - the larger of
+   (a) the output head: logits ``[tokens, vocab/tensor]`` held in float32
+   (``cast_logits_to_fp32: true``) for the loss backward plus their bfloat16
+   gradient = 6 bytes per logit; and
+   (b) one decoder layer during its backward recompute: every tensor of the
+   ``none`` policy for one layer, plus three bfloat16 copies of one layer's
+   weights gathered over fsdp (current layer, prefetched next layer, weight
+   gradient before its reduce-scatter).
+   Both happen while all saved activations and the whole optimizer state are
+   live, so the peak is their sum with the larger transient.
+
+Headroom
+--------
+``usable = USABLE_HBM_FRACTION x HBM`` with 0.9: it covers the runtime's own
+reservation (v6e reports a 31.25 GiB ``bytes_limit`` of 32 GiB, about 2.3%;
+same MaxText memstats lines as above) and the XLA temporaries, padding and
+fragmentation this model does not itemise. It is one number for every chip.
+
+Not modelled (rejected with a ConfigError by ``estimate_hbm_from_config``):
+host offload of parameters/optimizer/activations, gradient accumulation,
+pipeline/sequence/context/expert parallelism, ZeRO-1 over data, vocab tiling,
+quantization, MoE.
+
+This is an estimate. Compile with MaxText's ``train_compile`` (AOT) or read the
+"Total memory size" line MaxText prints after compiling to get the real number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from core.errors import ConfigError
+from core.estimates.flops import check_batch_and_length
+from core.estimates.mesh import Mesh, resolve_mesh
+from core.estimates.models import MODELS, ModelShape, get_model
+from core.maxtext import BASE_DEFAULTS
+from core.tpu_catalogue import SliceShape
+
+GIB = 2**30
+
+USABLE_HBM_FRACTION = 0.9
+"""Share of a chip's HBM the estimate may fill (see the module docstring)."""
+
+LOGIT_BYTES = 4 + 2
+"""float32 logits kept for the loss backward + their bfloat16 gradient."""
+
+LAYER_WEIGHT_COPIES = 3
+"""Gathered bf16 layer weights live at once: current, prefetched next, weight gradient."""
+
+DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+SUPPORTED_OPTIMIZERS = ("adamw",)
+
+# Per-layer activation tensors: name -> (features per token, which dimension tensor splits).
+# Names are MaxText checkpoint_name()s where MaxText has one.
+_SAVEABLE = (
+    "decoder_layer_input",
+    "query_proj",
+    "key_proj",
+    "value_proj",
+    "context",
+    "out_proj",
+    "mlpwi_0",
+    "mlpwi_1",
+    "mlpwo",
+)
+_ONLY_WITHOUT_REMAT = (
+    "pre_attention_norm",
+    "query_rope",
+    "key_rope",
+    "post_attention_residual",
+    "pre_mlp_norm",
+    "mlp_activation",
+    "mlp_hidden",
+)
+
+
+@dataclass(frozen=True)
+class RematPolicy:
+    name: str
+    saves: tuple[str, ...]
+    """Tensors kept per layer besides ``decoder_layer_input``."""
+    note: str
+
+
+_QKV = ("query_proj", "key_proj", "value_proj")
+_MINIMAL = _QKV + ("out_proj", "mlpwi_0", "mlpwi_1", "mlpwo")
+
+MODELLED_REMAT_POLICIES: dict[str, RematPolicy] = {
+    p.name: p
+    for p in (
+        RematPolicy("full", (), "MaxText default; nothing saved, whole layer recomputed"),
+        RematPolicy("save_out_proj", ("out_proj",), "save_only_these_names(out_proj)"),
+        RematPolicy("save_qkv_proj", _QKV, "save_only_these_names(q, k, v projections)"),
+        RematPolicy(
+            "save_dot_except_mlp", _QKV + ("out_proj",), "q, k, v and attention out projection"
+        ),
+        RematPolicy(
+            "save_dot_except_mlpwi",
+            _QKV + ("out_proj", "mlpwo"),
+            "as save_dot_except_mlp plus the MLP output projection",
+        ),
+        RematPolicy(
+            "save_dot_with_context_except_mlp",
+            _QKV + ("context", "out_proj"),
+            "as save_dot_except_mlp plus the attention context",
+        ),
+        RematPolicy(
+            "minimal",
+            _MINIMAL,
+            "checkpoint_dots_with_no_batch_dims: every weight matmul output",
+        ),
+        RematPolicy(
+            "minimal_with_context", _MINIMAL + ("context",), "minimal plus the attention context"
+        ),
+        RematPolicy(
+            "none",
+            _SAVEABLE[1:] + _ONLY_WITHOUT_REMAT,
+            "no nn.remat: every intermediate of the layer (approximate list)",
+        ),
+    )
+}
+
+
+def get_remat_policy(name: str, key: str = "remat_policy") -> RematPolicy:
+    try:
+        return MODELLED_REMAT_POLICIES[name]
+    except (KeyError, TypeError):
+        raise ConfigError(
+            key,
+            name,
+            f"one of {', '.join(MODELLED_REMAT_POLICIES)} (offloading policies are not modelled)",
+        ) from None
+
+
+def _dtype_bytes(key: str, value: str) -> int:
+    try:
+        return DTYPE_BYTES[value]
+    except (KeyError, TypeError):
+        raise ConfigError(key, value, f"one of {', '.join(DTYPE_BYTES)}") from None
+
+
+def _layer_tensors(model: ModelShape) -> dict[str, tuple[int, int]]:
+    """name -> (features per token, size of the dimension tensor parallelism splits)."""
+    d, m = model.d_model, model.mlp_dim
+    q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
+    heads, kv_heads = model.num_heads, model.num_kv_heads
+    tensors = {
+        "decoder_layer_input": (d, d),
+        "query_proj": (q, heads),
+        "key_proj": (kv, kv_heads),
+        "value_proj": (kv, kv_heads),
+        "context": (q, heads),
+        "out_proj": (d, d),
+        "mlpwi_0": (m, m),
+        "mlpwi_1": (m, m),
+        "mlpwo": (d, d),
+        "pre_attention_norm": (d, d),
+        "query_rope": (q, heads),
+        "key_rope": (kv, kv_heads),
+        "post_attention_residual": (d, d),
+        "pre_mlp_norm": (d, d),
+        "mlp_activation": (m, m),
+        "mlp_hidden": (m, m),
+    }
+    if model.num_mlp_activations == 1:
+        tensors.pop("mlpwi_1")
+    return tensors
+
+
+def _per_chip_elements(features: int, split_dim: int, tokens_per_batch_shard: float, tp: int) -> float:
+    """Elements one chip holds of a [batch, length, features] activation."""
+    shards = tp if split_dim % tp == 0 else 1
+    return tokens_per_batch_shard * features / shards
+
+
+@dataclass(frozen=True)
+class HbmBreakdown:
+    """Estimated per-chip HBM for one training configuration (GiB; an estimate)."""
+
+    model: str
+    pod_type: str
+    num_slices: int
+    mesh: str
+    remat_policy: str
+    per_device_batch_size: float
+    max_target_length: int
+    weight_dtype: str
+    params_gib: float
+    gradients_gib: float
+    optimizer_gib: float
+    activations_gib: float
+    transient_gib: float
+    transient_kind: str
+    hbm_gib: float
+    usable_fraction: float
+    params_per_chip: float = field(repr=False)
+
+    @property
+    def total_gib(self) -> float:
+        return (
+            self.params_gib
+            + self.gradients_gib
+            + self.optimizer_gib
+            + self.activations_gib
+            + self.transient_gib
+        )
+
+    @property
+    def usable_gib(self) -> float:
+        return self.hbm_gib * self.usable_fraction
+
+    @property
+    def margin_gib(self) -> float:
+        """Usable HBM left over (negative when it does not fit)."""
+        return self.usable_gib - self.total_gib
+
+    @property
+    def fits(self) -> bool:
+        return self.total_gib <= self.usable_gib
+
+    @property
+    def verdict(self) -> str:
+        return "fits" if self.fits else "does NOT fit"
+
+    def rows(self) -> list[tuple[str, float]]:
+        return [
+            (f"parameters ({self.weight_dtype})", self.params_gib),
+            ("gradients", self.gradients_gib),
+            ("optimizer state (adamw mu, nu)", self.optimizer_gib),
+            (f"saved activations (remat {self.remat_policy})", self.activations_gib),
+            (f"transient: {self.transient_kind}", self.transient_gib),
+        ]
+
+    def format(self) -> str:
+        title = (
+            f"HBM per chip (ESTIMATE): {self.model} on {self.num_slices} x {self.pod_type} "
+            f"[{self.mesh}], per_device_batch_size={self.per_device_batch_size:g}, "
+            f"max_target_length={self.max_target_length}"
+        )
+        width = max(len(label) for label, _ in self.rows()) + 2
+        lines = [title]
+        for label, gib in self.rows():
+            lines.append(f"  {label:<{width}}{gib:>8.2f} GiB")
+        lines.append(f"  {'total':<{width}}{self.total_gib:>8.2f} GiB")
+        lines.append(
+            f"  {'usable HBM':<{width}}{self.usable_gib:>8.2f} GiB"
+            f"  ({self.usable_fraction:.0%} of {self.hbm_gib:g} GiB)"
+        )
+        lines.append(
+            f"  verdict: {self.verdict} (margin {self.margin_gib:+.2f} GiB)"
+        )
+        return "\n".join(lines)
+
+
+def estimate_hbm(
+    model: str | ModelShape,
+    shape: SliceShape,
+    num_slices: int,
+    parallelism: Mapping[str, object],
+    per_device_batch_size: float,
+    max_target_length: int,
+    remat_policy: str = "full",
+    *,
+    weight_dtype: str = "float32",
+    dtype: str = "bfloat16",
+    grad_dtype: str = "float32",
+    mu_dtype: str = "",
+    opt_type: str = "adamw",
+    usable_fraction: float = USABLE_HBM_FRACTION,
+) -> HbmBreakdown:
+    """Estimate per-chip HBM; keyword defaults are MaxText's base.yml defaults."""
+    m = get_model(model)
+    if not isinstance(shape, SliceShape):
+        raise ConfigError("topology", shape, "a SliceShape from tpu_catalogue.slice_shape()")
+    mesh: Mesh = resolve_mesh(parallelism, shape.chips, num_slices)
+    policy = get_remat_policy(remat_policy)
+    check_batch_and_length(per_device_batch_size, max_target_length)
+    if opt_type not in SUPPORTED_OPTIMIZERS:
+        raise ConfigError("opt_type", opt_type, f"one of {', '.join(SUPPORTED_OPTIMIZERS)}")
+    w_bytes = _dtype_bytes("weight_dtype", weight_dtype)
+    act_bytes = _dtype_bytes("dtype", dtype)
+    g_bytes = _dtype_bytes("grad_dtype", grad_dtype) if weight_dtype == "float32" else w_bytes
+    mu_bytes = _dtype_bytes("mu_dtype", mu_dtype) if mu_dtype else w_bytes
+
+    params_per_chip = m.num_params / mesh.param_shards
+    tp = mesh.tensor
+    # tokens held by one batch shard: global batch (pdbs x devices) / (data x fsdp) x length
+    tokens = per_device_batch_size * mesh.devices / mesh.batch_shards * max_target_length
+    tensors = _layer_tensors(m)
+
+    def layer_bytes(names) -> float:
+        return sum(
+            _per_chip_elements(*tensors[n], tokens, tp) for n in names if n in tensors
+        ) * act_bytes
+
+    saved_per_layer = layer_bytes(("decoder_layer_input",) + policy.saves)
+    activations = m.num_layers * saved_per_layer
+
+    logits = _per_chip_elements(m.vocab_size, m.vocab_size, tokens, tp) * LOGIT_BYTES
+    layer_weights = m.params_per_layer / tp * act_bytes
+    layer = layer_bytes(tensors) + LAYER_WEIGHT_COPIES * layer_weights
+    transient, kind = (logits, "output logits") if logits >= layer else (layer, "one decoder layer")
+
+    return HbmBreakdown(
+        model=m.name,
+        pod_type=shape.pod_type,
+        num_slices=num_slices,
+        mesh=mesh.describe(),
+        remat_policy=policy.name,
+        per_device_batch_size=per_device_batch_size,
+        max_target_length=max_target_length,
+        weight_dtype=weight_dtype,
+        params_gib=params_per_chip * w_bytes / GIB,
+        gradients_gib=params_per_chip * g_bytes / GIB,
+        optimizer_gib=params_per_chip * (mu_bytes + w_bytes) / GIB,
+        activations_gib=activations / GIB,
+        transient_gib=transient / GIB,
+        transient_kind=kind,
+        hbm_gib=shape.generation.hbm_gib_per_chip,
+        usable_fraction=usable_fraction,
+        params_per_chip=params_per_chip,
+    )
+
+
+_READ_KEYS = ("per_device_batch_size", "max_target_length", "remat_policy", "weight_dtype", "dtype",
+              "grad_dtype", "mu_dtype", "opt_type")
+"""The MaxText keys the estimate reads; unset ones take MaxText's base.yml default."""
+
+_MUST_STAY_DEFAULT: dict[str, object] = {
+    "optimizer_memory_host_offload": False,
+    "parameter_memory_host_offload": False,
+    "gradient_accumulation_steps": 1,
+    "shard_optimizer_over_data": False,
+    "num_vocab_tiling": 1,
+    "quantization": "",
+    "scan_layers": True,
+}
+"""Keys that change memory in ways the estimate does not model."""
+
+
+def estimate_hbm_from_config(
+    config: Mapping[str, object], shape: SliceShape, num_slices: int
+) -> HbmBreakdown:
+    """Estimate from a MaxText-style key/value mapping (a training preset's argv keys)."""
+    if "model_name" not in config:
+        raise ConfigError("model_name", None, f"one of {', '.join(sorted(MODELS))}")
+    for key, default in _MUST_STAY_DEFAULT.items():
+        if key in config and config[key] != default:
+            raise ConfigError(key, config[key], f"{default!r}: the HBM estimate does not model it")
+    values = {key: config.get(key, BASE_DEFAULTS[key]) for key in _READ_KEYS}
+    return estimate_hbm(
+        config["model_name"],  # type: ignore[arg-type]
+        shape,
+        num_slices,
+        config,
+        values["per_device_batch_size"],  # type: ignore[arg-type]
+        values["max_target_length"],  # type: ignore[arg-type]
+        values["remat_policy"],  # type: ignore[arg-type]
+        weight_dtype=values["weight_dtype"],  # type: ignore[arg-type]
+        dtype=values["dtype"],  # type: ignore[arg-type]
+        grad_dtype=values["grad_dtype"],  # type: ignore[arg-type]
+        mu_dtype=values["mu_dtype"],  # type: ignore[arg-type]
+        opt_type=values["opt_type"],  # type: ignore[arg-type]
+    )
+

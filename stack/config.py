@@ -1,0 +1,457 @@
+"""The stack's config: every key declared once, with its type, default, rule and description.
+
+:class:`StackConfig` is the whole contract of ``Pulumi.<stack>.yaml``: each
+field carries its config key (the alias), its default, its description (the
+README's config table is rendered from them, and a test keeps the two equal)
+and its rule. Defaults of the keys a component takes come from that
+component's module, so the stack and the library cannot drift apart.
+
+:func:`parse_stack_config` validates the raw strings Pulumi hands a program,
+before anything is registered. Every failure is one
+:class:`~core.errors.ConfigError` naming the key the user sets
+(``gke-ray-tpu:releaseChannel``), the bad value and what would be valid;
+names the stack derives from a value (``<clusterName>-net-1``, the RayCluster's
+Services) are checked against the platform's rules under the key they come from.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from contextlib import contextmanager
+from typing import Annotated, Any, Callable, Iterator, Mapping, Optional
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
+
+from components import dcn_networks, gcs_workload_identity, gke_cluster, ray_tpu_cluster, tpu_slice_node_pool
+from core import gke, naming
+from core.errors import ConfigError
+from core.maxtext import check_settings
+from core.presets import get_preset
+from core.tpu_catalogue import SliceShape, slice_shape
+
+NAMESPACE = "gke-ray-tpu"
+GCP_KEYS = ("gcp:project", "gcp:region", "gcp:zone")
+
+_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?")
+_MACHINE_TYPE = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)+")
+
+
+def config_key(field: str) -> str:
+    return StackConfig.model_fields[field].alias  # type: ignore[return-value]
+
+
+# -- value types: config arrives as strings (JSON for lists and objects) ------------------------
+
+
+def _text(value: Any, info: ValidationInfo) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(config_key(info.field_name), value, "a string")
+    return value
+
+
+def _bool(value: Any, info: ValidationInfo) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ConfigError(config_key(info.field_name), value, "true or false")
+
+
+def _json(kind: type, example: str) -> Callable[[Any, ValidationInfo], Any]:
+    def parse(value: Any, info: ValidationInfo) -> Any:
+        parsed = value
+        if isinstance(value, str):
+            try:
+                parsed = json.loads(value)
+            except json.JSONDecodeError:
+                parsed = None
+        if not isinstance(parsed, kind):
+            raise ConfigError(config_key(info.field_name), value, f"a JSON {kind.__name__} such as {example}")
+        return parsed
+
+    return parse
+
+
+def _integer(low: int, high: int) -> Callable[[Any, ValidationInfo], int]:
+    def parse(value: Any, info: ValidationInfo) -> int:
+        expected = f"an integer between {low} and {high}"
+        if isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                raise ConfigError(config_key(info.field_name), value, expected) from None
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(config_key(info.field_name), value, expected)
+        return value
+
+    return parse
+
+
+def _choice(*choices: str) -> Callable[[Any, ValidationInfo], str]:
+    def parse(value: Any, info: ValidationInfo) -> str:
+        if value not in choices:
+            raise ConfigError(config_key(info.field_name), value, f"one of {', '.join(choices)}")
+        return value
+
+    return parse
+
+
+def _rule(check: Callable[[Any, str], Any]) -> AfterValidator:
+    """A rule that takes (value, config key) and raises ConfigError."""
+
+    def apply(value: Any, info: ValidationInfo) -> Any:
+        if value is not None:
+            check(value, config_key(info.field_name))
+        return value
+
+    return AfterValidator(apply)
+
+
+def _name(rule: naming.NameRule) -> AfterValidator:
+    return _rule(rule.check)
+
+
+def _pattern(pattern: re.Pattern, expected: str) -> AfterValidator:
+    def check(value: str, key: str) -> None:
+        if not pattern.fullmatch(value):
+            raise ConfigError(key, value, expected)
+
+    return _rule(check)
+
+
+Text = Annotated[str, BeforeValidator(_text)]
+Flag = Annotated[bool, BeforeValidator(_bool)]
+
+
+def _location(value: str, key: str) -> None:
+    if not (naming.ZONE.matches(value) or naming.REGION.matches(value)):
+        raise ConfigError(key, value, "a zone (us-east5-b) or a region (us-east5)")
+
+
+def _version(value: str, key: str) -> None:
+    gke.parse_version(value, key)
+
+
+def _planned_preset(value: str, key: str) -> None:
+    get_preset(value, key=key)
+
+
+def _planned_overrides(value: dict, key: str) -> None:
+    for name, item in value.items():
+        if not isinstance(item, (str, int, float, bool)):
+            raise ConfigError(f"{key}.{name}", item, "a string, number or boolean (a MaxText value)")
+    check_settings(value, key=lambda name: f"{key}.{name}")
+
+
+def _project_number(value: str, key: str) -> None:
+    if not value.isdigit():
+        raise ConfigError(key, value, "digits only, e.g. 123456789012")
+
+
+class StackConfig(BaseModel):
+    """The validated stack: everything ``__main__.py`` needs, already checked."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    project: Annotated[Text, _name(naming.PROJECT_ID)] = Field(
+        alias="gcp:project", description="the project everything is created in (required)"
+    )
+    region: Annotated[Text, _name(naming.REGION)] = Field(
+        alias="gcp:region", description="the region of the subnets, the bucket and an Autopilot cluster (required)"
+    )
+    zone: Annotated[Optional[Text], _name(naming.ZONE)] = Field(
+        None, alias="gcp:zone", description="the zone of the slices and of a Standard cluster; unset: `<region>-b`"
+    )
+    cluster_name: Annotated[Text, _name(naming.GKE_NAME)] = Field(
+        "ray-tpu-multislice",
+        alias="gke-ray-tpu:clusterName",
+        description="GKE cluster name (1-40 characters); also prefixes the DCN networks (`<name>-net-<i>`), subnets and firewall rules",
+    )
+    cluster_mode: Annotated[str, BeforeValidator(_choice(*gke.CLUSTER_MODES))] = Field(
+        gke_cluster.DEFAULT_MODE,
+        alias="gke-ray-tpu:clusterMode",
+        description="`standard`, or `autopilot`: a regional cluster, TPU nodes from a DRANET ComputeClass, no node pools or networks of ours",
+    )
+    cluster_version: Annotated[Text, _rule(_version)] = Field(
+        gke_cluster.DEFAULT_VERSION,
+        alias="gke-ray-tpu:clusterVersion",
+        description="a minor (`1.35`: the channel's newest patch of it) or an exact version (`1.35.2-gke.1842000`); at least the DRANET minimum, 1.34.1-gke.1829001 (Standard) or 1.35.2-gke.1842000 (Autopilot); preview checks GKE still offers it",
+    )
+    release_channel: Annotated[str, BeforeValidator(_choice(*gke.RELEASE_CHANNELS))] = Field(
+        gke_cluster.DEFAULT_RELEASE_CHANNEL,
+        alias="gke-ray-tpu:releaseChannel",
+        description="`UNSPECIFIED` is allowed for Standard only",
+    )
+    deletion_protection: Flag = Field(
+        True,
+        alias="gke-ray-tpu:deletionProtection",
+        description="the dev stack sets `false`; `pulumi destroy` of a protected cluster fails until you set it false and `pulumi up`",
+    )
+    existing_cluster_name: Annotated[Optional[Text], _name(naming.GKE_NAME)] = Field(
+        None,
+        alias="gke-ray-tpu:existingClusterName",
+        description="reuse this cluster: nothing of the cluster is created; preview checks it has Dataplane V2, the Workload Identity pool, the Ray operator and GCS FUSE add-ons and the DRANET version",
+    )
+    existing_cluster_location: Annotated[Optional[Text], _rule(_location)] = Field(
+        None, alias="gke-ray-tpu:existingClusterLocation", description="the zone or region of `existingClusterName`; unset: `gcp:zone`"
+    )
+    cpu_machine_type: Annotated[Text, _pattern(_MACHINE_TYPE, "a Compute Engine machine type such as n1-standard-16")] = Field(
+        gke_cluster.DEFAULT_CPU_MACHINE_TYPE,
+        alias="gke-ray-tpu:cpuMachineType",
+        description="the CPU pool for the Ray head and system pods (Standard)",
+    )
+    cpu_node_count: Annotated[int, BeforeValidator(_integer(1, 1000))] = Field(
+        gke_cluster.DEFAULT_CPU_NODE_COUNT, alias="gke-ray-tpu:cpuNodeCount", description="nodes of that pool, 1-1000"
+    )
+    enable_multi_networking: Flag = Field(
+        False, alias="gke-ray-tpu:enableMultiNetworking", description="as in the tutorial; DRANET does not need it"
+    )
+    dcn_cidrs: Annotated[Optional[list], BeforeValidator(_json(list, '["10.50.0.0/16", "10.60.0.0/16"]'))] = Field(
+        None,
+        alias="gke-ray-tpu:dcnCidrs",
+        description='one DCN network each; private, /8-/29, disjoint, at most the NICs DRANET can hand out (2 on `ct6e-standard-4t`, 0 on v4/v5e/v5p); unset: `["10.50.0.0/16","10.60.0.0/16"]` cut to that many',
+    )
+    tpu_generation: Text = Field(
+        tpu_slice_node_pool.DEFAULT_GENERATION,
+        alias="gke-ray-tpu:tpuGeneration",
+        description="any generation of `core/tpu_catalogue.py`: v4, v5e, v5p, v6e, tpu7x",
+    )
+    tpu_topology: Text = Field(
+        tpu_slice_node_pool.DEFAULT_TOPOLOGY,
+        alias="gke-ray-tpu:tpuTopology",
+        description="a topology of that generation; machine type, host count and chips per host are derived",
+    )
+    num_slices: Annotated[int, BeforeValidator(_integer(1, 64))] = Field(
+        2,
+        alias="gke-ray-tpu:numSlices",
+        description="one node pool and one RayCluster replica per slice, 1-64; more than 1 needs a multi-host topology",
+    )
+    elastic_min_slices: Annotated[Optional[int], BeforeValidator(_integer(1, 64))] = Field(
+        None,
+        alias="gke-ray-tpu:elasticMinSlices",
+        description="lower bound of elastic training (the RayCluster's `minReplicas`), 1 to `numSlices`; unset: `numSlices`",
+    )
+    spot: Flag = Field(False, alias="gke-ray-tpu:spot", description="Spot TPU VMs (cheaper, preemptible); exclusive with `reservation`")
+    reservation: Annotated[Optional[Text], _rule(tpu_slice_node_pool.check_reservation)] = Field(
+        None,
+        alias="gke-ray-tpu:reservation",
+        description="consume this reservation (a name, or `projects/<p>/reservations/<name>`); unset: any matching reservation, else on demand (Spot: none)",
+    )
+    bucket_name: Annotated[Text, _rule(naming.check_bucket_name)] = Field(
+        alias="gke-ray-tpu:bucketName",
+        description="required; Google's bucket naming rules (3-63 characters, no `goog` prefix, no `google`, no dots)",
+    )
+    bucket_deletion: Annotated[str, BeforeValidator(_choice(*gcs_workload_identity.BUCKET_DELETION_POLICIES))] = Field(
+        gcs_workload_identity.DEFAULT_BUCKET_DELETION,
+        alias="gke-ray-tpu:bucketDeletion",
+        description="`retain`: destroy forgets the bucket and keeps it; `delete-empty`: GCS refuses while checkpoints remain, so destroy stops; `force`: deletes it with every object",
+    )
+    namespace: Annotated[Text, _name(naming.DNS_LABEL)] = Field(
+        gcs_workload_identity.DEFAULT_NAMESPACE,
+        alias="gke-ray-tpu:namespace",
+        description="a DNS-1123 label; a namespace other than `default` is created",
+    )
+    ksa_name: Annotated[Text, _name(naming.DNS_SUBDOMAIN)] = Field(
+        gcs_workload_identity.DEFAULT_KSA_NAME,
+        alias="gke-ray-tpu:ksaName",
+        description="the Kubernetes service account of the Ray pods; `ns/<namespace>/sa/<ksaName>` is its Workload Identity subject, at most 127 characters"
+    )
+    ray_cluster_name: Annotated[Text, _name(naming.RAY_CLUSTER_NAME)] = Field(
+        ray_tpu_cluster.DEFAULT_NAME,
+        alias="gke-ray-tpu:rayClusterName",
+        description="the head service is `<name>-head-svc`; at most 53 characters (KubeRay), 41 for multi-host slices (the TPU webhook's `<name>-headless`)",
+    )
+    ray_image: Annotated[Text, _pattern(_IMAGE, "an image reference such as rayproject/ray:nightly-py312-tpu")] = Field(
+        ray_tpu_cluster.DEFAULT_IMAGE,
+        alias="gke-ray-tpu:rayImage",
+        description="the tutorial's image; a moving tag, so it is pulled on every start. Pin your own tested image for production",
+    )
+    megascale_port: Annotated[int, BeforeValidator(_integer(1024, 65535))] = Field(
+        ray_tpu_cluster.DEFAULT_MEGASCALE_PORT, alias="gke-ray-tpu:megascalePort", description="`MEGASCALE_PORT` of the TPU workers"
+    )
+    project_number: Annotated[Optional[Text], _rule(_project_number)] = Field(
+        None, alias="gke-ray-tpu:projectNumber", description="skips the `getProject` call used for the `principal://` member"
+    )
+    planned_preset: Annotated[Optional[Text], _rule(_planned_preset)] = Field(
+        None,
+        alias="gke-ray-tpu:plannedPreset",
+        description="the training preset preview checks against the slices; a mismatch fails preview when set (unset: `llama3-8b`, and a mismatch only warns)",
+    )
+    planned_overrides: Annotated[dict, BeforeValidator(_json(dict, '{"per_device_batch_size": 2}')), _rule(_planned_overrides)] = Field(
+        default_factory=dict,
+        alias="gke-ray-tpu:plannedOverrides",
+        description="a JSON object of MaxText keys applied to the planned preset; the keys the estimates read are type- and range-checked",
+    )
+
+    @model_validator(mode="after")
+    def _across_keys(self) -> "StackConfig":
+        shape = self.shape
+        if self.num_slices > 1 and not shape.multi_host:
+            raise ConfigError(
+                config_key("tpu_topology"),
+                shape.topology,
+                f"a multi-host topology: GKE Multislice ({self.num_slices} slices) needs multi-host slices",
+            )
+        if self.elastic_min_slices is not None and self.elastic_min_slices > self.num_slices:
+            raise ConfigError(
+                config_key("elastic_min_slices"), self.elastic_min_slices, f"an integer between 1 and {self.num_slices}"
+            )
+        if self.zone is not None and not self.zone.startswith(self.region + "-"):
+            raise ConfigError("gcp:zone", self.zone, f"a zone of gcp:region {self.region} (like {self.region}-b)")
+        if self.spot and self.reservation:
+            raise ConfigError(
+                config_key("reservation"), self.reservation, "unset when spot is true: Spot VMs cannot consume a reservation"
+            )
+        if self.autopilot and self.release_channel == "UNSPECIFIED":
+            raise ConfigError(config_key("release_channel"), self.release_channel, "a channel: Autopilot clusters always have one")
+        cidrs = self.dcn_cidrs_or_default
+        nics = shape.generation.dcn_nics_per_host
+        if len(cidrs) > nics:
+            raise ConfigError(
+                config_key("dcn_cidrs"),
+                list(cidrs),
+                f"at most {nics} networks: a {shape.machine_type} host has {nics} NICs that DRANET can hand to a pod",
+            )
+        if cidrs and not self.existing_cluster_name:
+            gke.check_dranet_floor(
+                self.cluster_mode, gke.parse_version(self.cluster_version, config_key("cluster_version")), config_key("cluster_version")
+            )
+        if not self.autopilot:
+            dcn_networks.check_name_prefix(self.cluster_name, len(cidrs), key=config_key("cluster_name"))
+        gcs_workload_identity.check_subject(self.namespace, self.ksa_name, config_key("ksa_name"))
+        name_rule = naming.RAY_TPU_CLUSTER_NAME if shape.multi_host else naming.RAY_CLUSTER_NAME
+        name_rule.check(self.ray_cluster_name, config_key("ray_cluster_name"))
+        return self
+
+    @property
+    def shape(self) -> SliceShape:
+        return slice_shape(
+            self.tpu_generation, self.tpu_topology, key=config_key("tpu_topology"), generation_key=config_key("tpu_generation")
+        )
+
+    @property
+    def autopilot(self) -> bool:
+        return self.cluster_mode == "autopilot"
+
+    @property
+    def zone_or_default(self) -> str:
+        return self.zone or f"{self.region}-b"
+
+    @property
+    def cluster_location(self) -> str:
+        """Autopilot clusters are regional; the tutorial's Standard cluster is zonal."""
+        if self.existing_cluster_name:
+            return self.existing_cluster_location or self.zone_or_default
+        return self.region if self.autopilot else self.zone_or_default
+
+    @property
+    def dcn_cidrs_or_default(self) -> tuple[str, ...]:
+        if self.dcn_cidrs is None:
+            return dcn_networks.DEFAULT_CIDRS[: self.shape.generation.dcn_nics_per_host]
+        return dcn_networks.check_cidrs(self.dcn_cidrs, key=config_key("dcn_cidrs"))
+
+    @property
+    def elastic_min(self) -> int:
+        return self.elastic_min_slices if self.elastic_min_slices is not None else self.num_slices
+
+    @property
+    def compute_class_name(self) -> Optional[str]:
+        return f"{self.ray_cluster_name}-tpu" if self.autopilot else None
+
+
+def parse_stack_config(raw: Mapping[str, str]) -> StackConfig:
+    """Validate the raw config of one stack (``{full key: string}``). Raises ConfigError on the first bad key."""
+    ours = {key: value for key, value in raw.items() if key.startswith(NAMESPACE + ":") or key in GCP_KEYS}
+    known = {field.alias for field in StackConfig.model_fields.values()}
+    unknown = sorted(key for key in ours if key not in known)
+    if unknown:
+        names = ", ".join(sorted(alias.split(":", 1)[1] for alias in known if alias.startswith(NAMESPACE)))
+        raise ConfigError(unknown[0], ours[unknown[0]], f"a known key: {names}")
+    for key in ("gcp:project", "gcp:region", f"{NAMESPACE}:bucketName"):
+        if not ours.get(key):
+            raise ConfigError(key, ours.get(key), "a value (set it with `pulumi config set`)")
+    try:
+        return StackConfig.model_validate({key: value for key, value in ours.items() if value != ""})
+    except ValidationError as error:
+        raise _config_error(error) from None
+
+
+def _config_error(error: ValidationError) -> ConfigError:
+    first = error.errors()[0]
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, ConfigError):
+        return cause
+    key = first["loc"][0] if first["loc"] else NAMESPACE
+    return ConfigError(str(key), first.get("input"), first["msg"])
+
+
+def raw_pulumi_config() -> dict[str, str]:
+    """Every config key of the running Pulumi program, as the engine passed it in."""
+    from pulumi.runtime import config as runtime_config
+
+    return {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+
+
+def config_table() -> str:
+    """The README's config table, from the model: key, default, notes."""
+    rows = ["| key | default | notes |", "|---|---|---|"]
+    for field in StackConfig.model_fields.values():
+        alias = field.alias or ""
+        key = alias.split(":", 1)[1] if alias.startswith(NAMESPACE + ":") else alias
+        if field.is_required():
+            default = "required"
+        elif field.default_factory is not None:
+            default = f"`{json.dumps(field.default_factory())}`"
+        elif field.default is None:
+            default = "unset"
+        else:
+            default = f"`{json.dumps(field.default) if isinstance(field.default, bool) else field.default}`"
+        rows.append(f"| `{key}` | {default} | {field.description} |")
+    return "\n".join(rows)
+
+
+def component_keys(cfg: StackConfig) -> dict[str, str]:
+    """The config key behind each component argument the stack sets, for errors raised inside components."""
+    key = config_key
+    return {
+        "GkeRayClusterArgs.cluster_name": key("existing_cluster_name" if cfg.existing_cluster_name else "cluster_name"),
+        "GkeRayClusterArgs.location": key("existing_cluster_location" if cfg.existing_cluster_name else "region"),
+        "GkeRayClusterArgs.mode": key("cluster_mode"),
+        "GkeRayClusterArgs.version": key("cluster_version"),
+        "GkeRayClusterArgs.release_channel": key("release_channel"),
+        "GkeRayClusterArgs.cpu_node_count": key("cpu_node_count"),
+        "DcnNetworksArgs.name_prefix": key("cluster_name"),
+        "DcnNetworksArgs.cidrs": key("dcn_cidrs"),
+        "TpuSliceNodePoolArgs.generation": key("tpu_generation"),
+        "TpuSliceNodePoolArgs.topology": key("tpu_topology"),
+        "TpuSliceNodePoolArgs.reservation": key("reservation"),
+        "TpuSliceNodePoolArgs.additional_networks": key("dcn_cidrs"),
+        "GcsWorkloadIdentityArgs.bucket_name": key("bucket_name"),
+        "GcsWorkloadIdentityArgs.namespace": key("namespace"),
+        "GcsWorkloadIdentityArgs.ksa_name": key("ksa_name"),
+        "GcsWorkloadIdentityArgs.bucket_deletion": key("bucket_deletion"),
+        "RayTpuClusterArgs.name": key("ray_cluster_name"),
+        "RayTpuClusterArgs.compute_class": key("ray_cluster_name"),
+        "RayTpuClusterArgs.namespace": key("namespace"),
+        "RayTpuClusterArgs.service_account": key("ksa_name"),
+        "RayTpuClusterArgs.generation": key("tpu_generation"),
+        "RayTpuClusterArgs.topology": key("tpu_topology"),
+        "RayTpuClusterArgs.num_slices": key("num_slices"),
+        "RayTpuClusterArgs.min_slices": key("elastic_min_slices"),
+        "RayTpuClusterArgs.dcn_interfaces": key("dcn_cidrs"),
+        "RayTpuClusterArgs.image": key("ray_image"),
+        "RayTpuClusterArgs.megascale_port": key("megascale_port"),
+    }
+
+
+@contextmanager
+def config_keys(cfg: StackConfig) -> Iterator[None]:
+    """Errors raised inside components name the config key the user sets, not the component argument."""
+    try:
+        yield
+    except ConfigError as error:
+        renamed = component_keys(cfg).get(error.key)
+        if renamed is None:
+            raise
+        raise error.renamed(renamed) from None

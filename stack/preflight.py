@@ -1,0 +1,114 @@
+"""Preflight: does a planned MaxText run fit the stack's slices, and what will it cost?
+
+One function, :func:`preflight`, used by ``pulumi preview`` (through
+``__main__.py``) and by the offline preview (``python -m stack.preview``). Sharding that cannot
+map onto the slices is an error (the job would fail at step 0 after the TPUs
+are paid for); an HBM estimate over the chip's memory is a warning, because it
+is an estimate; the cost is information.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional
+
+from core.errors import ConfigError
+from core.estimates import CostEstimate, HbmBreakdown, estimate_cost, estimate_hbm_from_config, estimate_step_time
+from core.maxtext import BASE_DEFAULTS, Value
+from core.parallelism import check_elastic
+from core.presets import get_preset
+from stack.config import StackConfig, config_key
+
+
+@dataclass
+class PreflightReport:
+    slice_counts: tuple[int, ...]
+    errors: list[ConfigError] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    hbm: Optional[HbmBreakdown] = None
+    cost: Optional[CostEstimate] = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def format(self) -> str:
+        counts = ", ".join(str(n) for n in self.slice_counts)
+        lines = [f"Sharding over {counts} slice(s): " + ("OK" if self.ok else "MISMATCH")]
+        lines += [f"  error: {error}" for error in self.errors]
+        if self.hbm is not None:
+            lines.append(self.hbm.format())
+        if self.cost is not None:
+            lines.append(self.cost.format())
+        lines += [f"warning: {warning}" for warning in self.warnings]
+        return "\n".join(lines)
+
+
+def preflight(cfg: StackConfig, maxtext: Mapping[str, object], elastic: bool = False) -> PreflightReport:
+    """Check a MaxText key/value config against the stack's slices.
+
+    ``elastic``: the run must also map onto every smaller slice count down to
+    ``elasticMinSlices``, because Ray Train may restart it on fewer slices.
+    """
+    low = cfg.elastic_min if elastic else cfg.num_slices
+    report = PreflightReport(slice_counts=tuple(range(cfg.num_slices, low - 1, -1)))
+    try:
+        check_elastic(maxtext, cfg.shape.chips, low, cfg.num_slices, slice_name=f"{cfg.shape.pod_type} slice")
+    except ConfigError as error:
+        report.errors.append(error)
+        return report
+
+    try:
+        report.hbm = estimate_hbm_from_config(maxtext, cfg.shape, cfg.num_slices)
+    except ConfigError as error:
+        report.warnings.append(f"no HBM estimate: {error}")
+    else:
+        if not report.hbm.fits:
+            report.warnings.append(
+                f"estimated {report.hbm.total_gib:.2f} GiB per chip exceeds the usable "
+                f"{report.hbm.usable_gib:.2f} GiB of a {cfg.shape.generation.name} chip: "
+                "expect out-of-memory at compile time"
+            )
+
+    model = maxtext.get("model_name")
+    steps = maxtext.get("steps")
+    if isinstance(model, str) and isinstance(steps, int):
+        try:
+            values = {**BASE_DEFAULTS, **maxtext}
+            step = estimate_step_time(
+                model, cfg.shape, float(values["per_device_batch_size"]), int(values["max_target_length"])
+            )
+            report.cost = estimate_cost(cfg.shape, cfg.num_slices, steps, step, spot=cfg.spot, region=cfg.region)
+        except ConfigError as error:
+            report.warnings.append(f"no cost estimate: {error}")
+    return report
+
+
+DEFAULT_PLANNED_PRESET = "llama3-8b"
+
+
+def planned_run(
+    preset_name: Optional[str], overrides: Mapping[str, Value], key: str = config_key("planned_preset")
+) -> tuple[dict[str, Value], bool]:
+    """The MaxText settings of a training preset with overrides, and whether it is elastic."""
+    preset = get_preset(preset_name or DEFAULT_PLANNED_PRESET, key=key)
+    return {**preset.maxtext, **overrides}, preset.elastic
+
+
+def check_planned_run(cfg: StackConfig, info: Callable[[str], None], warn: Callable[[str], None]) -> PreflightReport:
+    """The preview-time check: the stack's planned run (``plannedPreset``) against its slices.
+
+    A mismatch fails preview when the stack chose its preset explicitly; with the
+    default preset it is only a warning, since that run may not be what this
+    stack is for.
+    """
+    maxtext, elastic = planned_run(cfg.planned_preset, cfg.planned_overrides)
+    report = preflight(cfg, maxtext, elastic=elastic)
+    for warning in report.warnings:
+        warn(warning)
+    if report.errors and cfg.planned_preset:
+        raise report.errors[0]
+    for error in report.errors:
+        warn(f"the default planned run ({DEFAULT_PLANNED_PRESET}) does not map onto these slices: {error}")
+    info(report.format())
+    return report

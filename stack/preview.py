@@ -1,0 +1,83 @@
+"""Offline preview of a stack for PR reviews: ``python -m stack.preview [--stack dev]``.
+
+Runs the real ``__main__.py`` against Pulumi's mock engine (no CLI, no cloud,
+no credentials) and prints what ``pulumi up`` would create, the Kubernetes
+manifests it would apply, whether the planned MaxText run's sharding maps onto
+the slices, its estimated HBM per chip, and its cost. The versions GKE offers
+and an existing cluster's settings are the mock engine's (``stack.mock_engine``),
+not your project's: ``pulumi preview`` checks those against GKE. Exit status: 0
+when the preview is sound, 1 on a sharding mismatch, 2 on a config error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from core.errors import ConfigError
+from core.job_spec import parse_overrides
+from core.maxtext import check_settings, render
+from stack.config import config_key, parse_stack_config
+from stack.mock_engine import REPO_ROOT, load_stack_file, run_offline
+from stack.preflight import planned_run, preflight
+from stack.resource_tree import manifests_yaml, render_tree
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m stack.preview", description=__doc__.split("\n\n")[0])
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--stack", default="dev", help="read Pulumi.<stack>.yaml (default: dev)")
+    source.add_argument("--config-file", type=Path, help="a Pulumi.<stack>.yaml anywhere")
+    parser.add_argument("--preset", help="training preset to check (default: the stack's plannedPreset, else llama3-8b)")
+    parser.add_argument("--elastic", action="store_true", help="check every slice count down to elasticMinSlices")
+    parser.add_argument(
+        "--section",
+        choices=("all", "resources", "manifests", "training"),
+        default="all",
+        help="print only one part of the preview",
+    )
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="MaxText overrides of the preset")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    path = args.config_file or REPO_ROOT / f"Pulumi.{args.stack}.yaml"
+    if not path.is_file():
+        print(f"preview: no stack file {path}", file=sys.stderr)
+        return 2
+    stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
+    raw = load_stack_file(path)
+    try:
+        cfg = parse_stack_config(raw)
+        overrides = parse_overrides(args.overrides)
+        check_settings(overrides)
+        maxtext, elastic = planned_run(
+            args.preset or cfg.planned_preset,
+            {**cfg.planned_overrides, **overrides},
+            key="--preset" if args.preset else config_key("planned_preset"),
+        )
+        run = run_offline(raw, stack=stack) if args.section != "training" else None
+    except ConfigError as error:
+        print(f"preview: {error}", file=sys.stderr)
+        return 2
+    report = preflight(cfg, maxtext, elastic=elastic or args.elastic)
+
+    sections = []
+    if run is not None and args.section in ("all", "resources"):
+        sections.append(render_tree(run, f"Resources of gke-ray-tpu/{stack} (pulumi up would create)"))
+        sections.append("Stack outputs:\n" + json.dumps(run.outputs, indent=2))
+    if run is not None and args.section in ("all", "manifests"):
+        sections.append("Kubernetes manifests:\n---\n" + manifests_yaml(run))
+    if args.section in ("all", "training"):
+        settings = " ".join(f"{key}={render(value)}" for key, value in maxtext.items())
+        sections.append(f"Planned run: {settings}\n" + report.format())
+    print("\n\n".join(sections))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

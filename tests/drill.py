@@ -1,0 +1,190 @@
+"""Fault drill: SIGKILL one training worker of a running local elastic job, watch it recover.
+
+``kill_a_worker`` runs ``python -m training.submit --local --elastic`` against a
+Ray head (the same command a user runs), finds the pid of one rank's worker
+(Ray's state API: an alive RayTrainWorker actor), waits until the latest
+committed checkpoint ``c`` is at least ``checkpoint_period`` and the last
+logged step is in ``(c, c + checkpoint_period - 1)``, SIGKILLs that pid, and
+waits for the job to end. (The log trails the computation by a step, and after
+the window the save of the next checkpoint, asynchronous as MaxText's default
+is, may be in flight: a kill there may lose more than a period.) What
+happened is read back from the job's log (``training.progress``) and the
+checkpoint directory. ``tests/test_training_elastic.py`` asserts on it;
+``bench/bench_elastic_recovery.py`` times it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from core.job_spec import submission_id_for
+from training.driver.local_ray import LocalRayNode
+from training.driver.progress import Progress
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+_ABSL_TIME = re.compile(r"\)\S*\s+[IWEF](\d{4} \d{2}:\d{2}:\d{2}\.\d{6}) ")
+_WORKER_PID = re.compile(r"\(RayTrainWorker pid=(\d+)")
+
+
+@dataclass
+class Drill:
+    returncode: int
+    stderr: str
+    """What the submit command printed (its progress lines)."""
+    status: str
+    log: str
+    progress: Progress
+    killed_pid: int
+    """The worker's pid, or the pid of the lost node's ``ray start``."""
+    killed_rank: int | None
+    """None when a node was lost."""
+    killed_at: float
+    """time.time() of the SIGKILL."""
+    last_step_seen: int
+    """The last step in the log when the kill was sent."""
+    checkpoints_at_kill: list[int]
+    """Committed checkpoint steps of the killed group (listed 1 s after the kill)."""
+    checkpoints_at_end: list[int]
+    wall_s: float
+
+    @property
+    def killed_group(self):
+        return self.progress.groups[0]
+
+    @property
+    def resumed_group(self):
+        return self.progress.groups[-1]
+
+    @property
+    def steps_lost(self) -> int:
+        """Steps the killed group completed after the checkpoint that was restored: run twice."""
+        return max(self.killed_group.steps) - self.resumed_group.restored_step
+
+    def group_times(self, group) -> list[tuple[float, str]]:
+        """(epoch seconds, line) of the absl-timestamped lines of ``group``'s workers."""
+        year = time.localtime(self.killed_at).tm_year
+        out = []
+        for line in self.log.splitlines():
+            pid, stamp = _WORKER_PID.search(line), _ABSL_TIME.search(line)
+            if pid and stamp and int(pid.group(1)) in group.ranks:
+                when = datetime.strptime(f"{year}{stamp.group(1)}", "%Y%m%d %H:%M:%S.%f").timestamp()
+                out.append((when, line))
+        return out
+
+    def recovery(self) -> dict[str, float]:
+        """Seconds from the kill to: the new group's first log line, MaxText's restore, the next step."""
+        times = self.group_times(self.resumed_group)
+        first = lambda text: next(t for t, line in times if text in line) - self.killed_at  # noqa: E731
+        return {
+            "group_started_s": times[0][0] - self.killed_at,
+            "restored_s": first("restoring from this run's directory step"),
+            "next_step_s": first("completed step:"),
+        }
+
+    def median_step_s(self) -> float:
+        """Median of MaxText's own per-step seconds over the run's steps."""
+        return statistics.median(m.seconds for m in self.progress.steps.values())
+
+
+def committed_checkpoints(directory: Path) -> list[int]:
+    """Orbax's committed steps (a save in progress is a ``<step>.orbax-checkpoint-tmp`` directory)."""
+    if not directory.is_dir():
+        return []
+    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+
+
+def alive_train_worker_pids(address: str) -> set[int]:
+    from ray.util.state import list_actors
+
+    actors = list_actors(
+        address=address, filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")], timeout=30
+    )
+    return {a.pid for a in actors}
+
+
+def kill_a_worker(address: str, out_dir: Path, run_name: str, steps: int, checkpoint_period: int,
+                  rank: int | None = 0, node: LocalRayNode | None = None, timeout_s: float = 480) -> Drill:
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(address)
+    sid = submission_id_for(run_name)
+    checkpoints = out_dir / run_name / "checkpoints"
+    err_path = out_dir / f"{run_name}.submit.err"
+    started = time.monotonic()
+    deadline = started + timeout_s
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "training.submit", "--local", "--elastic", "--address", address,
+             "--output-dir", str(out_dir), f"steps={steps}", f"checkpoint_period={checkpoint_period}",
+             f"run_name={run_name}"],
+            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=err, text=True,
+        )
+    try:
+        pid = None
+        while True:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise AssertionError(f"no kill window reached: {err_path.read_text()}")
+            time.sleep(0.2)
+            progress = _progress(client, sid)
+            if not progress.steps:
+                continue
+            if pid is None:  # the group is up: look its worker up once, off the kill's critical path
+                if node is not None:
+                    pid, rank = node.proc.pid, None
+                else:
+                    pid = {r: p for p, r in progress.groups[-1].ranks.items()}[rank]
+                    alive = alive_train_worker_pids(address)
+                    assert pid in alive, (pid, alive)
+                continue
+            saved = [c for c in committed_checkpoints(checkpoints) if c >= checkpoint_period]
+            if saved and max(saved) < max(progress.steps) < max(saved) + checkpoint_period - 1:
+                break
+        if node is not None:
+            node.kill()
+        else:
+            os.kill(pid, signal.SIGKILL)
+        killed_at, last_seen = time.time(), max(progress.steps)
+        time.sleep(1)
+        at_kill = committed_checkpoints(checkpoints)
+        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # the submit command stops the job on Ctrl-C
+            proc.wait(timeout=120)
+    log = client.get_job_logs(sid)
+    final = Progress()
+    final.feed(log)
+    final.flush()
+    return Drill(
+        returncode=proc.returncode,
+        stderr=err_path.read_text(),
+        status=str(client.get_job_status(sid).value),
+        log=log,
+        progress=final,
+        killed_pid=pid,
+        killed_rank=rank,
+        killed_at=killed_at,
+        last_step_seen=last_seen,
+        checkpoints_at_kill=at_kill,
+        checkpoints_at_end=committed_checkpoints(checkpoints),
+        wall_s=time.monotonic() - started,
+    )
+
+
+def _progress(client, sid: str) -> Progress:
+    progress = Progress()
+    try:
+        progress.feed(client.get_job_logs(sid))
+    except RuntimeError:  # not submitted yet
+        return progress
+    progress.flush()
+    return progress

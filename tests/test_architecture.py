@@ -1,0 +1,44 @@
+"""The layering: core at the bottom, the library and the job beside each other, the program on top."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+PACKAGES = ("core", "components", "stack", "training")
+ALLOWED = {
+    "core": set(),
+    "components": {"core"},
+    "training": {"core"},
+    "stack": {"core", "components"},
+}
+"""Which of this repository's packages each may import."""
+
+
+def imported_packages(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        found |= {name.split(".")[0] for name in names if name.split(".")[0] in PACKAGES}
+    return found
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_package_imports_only_what_lies_below_it(package):
+    for path in sorted((REPO_ROOT / package).rglob("*.py")):
+        others = imported_packages(path) - {package}
+        assert others <= ALLOWED[package], f"{path.relative_to(REPO_ROOT)} imports {sorted(others - ALLOWED[package])}"
+
+
+def test_the_product_does_not_point_at_files_outside_the_repository():
+    for package in PACKAGES:
+        for path in (REPO_ROOT / package).rglob("*.py"):
+            assert "../shared" not in path.read_text(), path

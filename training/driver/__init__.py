@@ -1,0 +1,10 @@
+"""The driver side of a run, on the user's machine: everything ``python -m training.submit`` and
+``python -m training.report`` use and the Ray workers never import.
+
+- ``request``: the command line as a typed request; ``submission``: the job it becomes.
+- ``stack_outputs``: the stack outputs the job is built from.
+- ``port_forward``: the Ray dashboard through the Kubernetes API (never exposed).
+- ``local_ray``: a throwaway Ray head on 127.0.0.1 for the local run.
+- ``jobs_client``: the Ray Jobs API, one job per run attempt; ``retry``: transient errors.
+- ``progress``: training progress read from the job's log; ``errors``: ClusterError.
+"""

@@ -1,0 +1,201 @@
+"""The submit command's side of the Ray Jobs API: one job per run attempt, calls that survive a hiccup.
+
+Every job of a run has a submission id derived from the run name, so running
+the same command again finds the run's jobs instead of starting a second one:
+
+* a job of the run is still PENDING or RUNNING: follow it;
+* the latest one SUCCEEDED: report it, submit nothing;
+* the latest one FAILED or was STOPPED: submit the next attempt
+  (``maxtext-<run>-attempt-<N>``) with the same run_name, so MaxText resumes
+  from the run's latest checkpoint.
+
+Each call is retried on transient errors (``training.retry``) and fails as one
+``ClusterError`` line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+from training.driver import retry
+from core.errors import ConfigError
+from core.job_spec import submission_id_for
+from training.driver.errors import ClusterError
+
+TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+
+
+def attempt_of(run_name: str, submission_id: str | None) -> int | None:
+    """The attempt number of a job of ``run_name``, or None for another run's job."""
+    m = re.fullmatch(rf"maxtext-{re.escape(run_name)}(?:-attempt-([0-9]+))?", submission_id or "")
+    return (int(m.group(1)) if m.group(1) else 1) if m else None
+
+
+@dataclass(frozen=True)
+class Next:
+    """What the submit command does for a run, given the run's jobs."""
+
+    action: Literal["submit", "follow", "report"]
+    submission_id: str
+    attempt: int
+    why: str
+    """The line the command prints about it (empty for a run's first submission)."""
+
+
+def decide(run_name: str, jobs: dict[int, str]) -> Next:
+    """``jobs``: attempt -> status of the run's jobs on the cluster."""
+    active = sorted(a for a, status in jobs.items() if status not in TERMINAL)
+    if active:
+        sid = submission_id_for(run_name, active[-1])
+        return Next("follow", sid, active[-1],
+                    f"{sid} is {jobs[active[-1]]}; following it instead of submitting a second job of this run")
+    if not jobs:
+        return Next("submit", submission_id_for(run_name), 1, "")
+    last = max(jobs)
+    sid = submission_id_for(run_name, last)
+    if jobs[last] == "SUCCEEDED":
+        return Next("report", sid, last, f"{sid} already SUCCEEDED; nothing to submit (a new run needs a new run_name)")
+    new = submission_id_for(run_name, last + 1)
+    return Next("submit", new, last + 1,
+                f"{sid} {jobs[last]}; submitting attempt {last + 1} as {new} "
+                "(same run_name: MaxText resumes from the run's latest checkpoint)")
+
+
+def latest(run_name: str, jobs: dict[int, str]) -> Next:
+    """``--follow``: the run's newest job, whatever its status; nothing is ever submitted."""
+    if not jobs:
+        raise ConfigError(
+            "--follow", run_name,
+            "a run with a job on this Ray cluster (a run declared in the stack starts at `pulumi up`: "
+            "`kubectl get rayjobs` shows it)",
+        )
+    active = sorted(a for a, status in jobs.items() if status not in TERMINAL)
+    attempt = active[-1] if active else max(jobs)
+    sid = submission_id_for(run_name, attempt)
+    return Next("follow" if active else "report", sid, attempt, f"{sid} is {jobs[attempt]}")
+
+
+class JobsApi:
+    """The JobSubmissionClient calls of the submit command, retried, each failure one ClusterError.
+
+    A context manager: the event loop that streams logs is built on entry, before
+    anything is submitted. Ctrl-C can arrive at any moment after the submission;
+    building a loop inside that window could leave a half-built loop whose
+    finaliser prints a traceback.
+    """
+
+    def __init__(self, client, log: Callable[[str], None], backoff: retry.Backoff | None = None):
+        self.client = client
+        self.log = log
+        self.backoff = backoff
+        self._runner: asyncio.Runner | None = None
+
+    def __enter__(self) -> "JobsApi":
+        self._runner = asyncio.Runner()
+        self._runner.get_loop()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+    def _call(self, what: str, fn):
+        try:
+            return retry.call(fn, what, self.log, self.backoff)
+        except ClusterError:
+            raise
+        except Exception as e:  # noqa: BLE001 - requests, aiohttp and Ray raise different types
+            raise ClusterError(f"{what}: {retry.reason(e)}") from None
+
+    def status(self, sid: str) -> str | None:
+        """The job's status, or None if there is no such job."""
+        def get():
+            try:
+                return str(self.client.get_job_status(sid).value)
+            except RuntimeError as e:
+                if "does not exist" in str(e) or "status code 404" in str(e):
+                    return None
+                raise
+        return self._call(f"reading the status of {sid}", get)
+
+    def run_jobs(self, run_name: str) -> dict[int, str]:
+        """attempt -> status of every job of ``run_name`` on the cluster."""
+        jobs = self._call("listing the cluster's jobs", self.client.list_jobs)
+        found = {}
+        for job in jobs:
+            attempt = attempt_of(run_name, job.submission_id)
+            if attempt is not None:
+                found[attempt] = str(getattr(job.status, "value", job.status))
+        return found
+
+    def submit(self, sid: str, entrypoint: str, runtime_env: dict, metadata: dict) -> bool:
+        """Submit the job; False if a job with that id exists already (a concurrent or retried submit)."""
+        def post():
+            try:
+                self.client.submit_job(
+                    entrypoint=entrypoint, submission_id=sid, runtime_env=runtime_env, metadata=metadata
+                )
+                return True
+            except RuntimeError as e:
+                if "already exists" in str(e):
+                    return False
+                raise
+        return self._call(f"submitting {sid}", post)
+
+    def stop(self, sid: str) -> None:
+        self._call(f"stopping {sid}", lambda: self.client.stop_job(sid))
+
+    def logs(self, sid: str) -> str:
+        return self._call(f"reading the log of {sid}", lambda: self.client.get_job_logs(sid))
+
+    def entrypoint(self, sid: str) -> str:
+        return self._call(f"reading {sid}", lambda: self.client.get_job_info(sid).entrypoint) or ""
+
+    def message(self, sid: str) -> str:
+        """Ray's message about the job (why it failed, when the log has nothing)."""
+        return self._call(f"reading {sid}", lambda: self.client.get_job_info(sid).message) or ""
+
+    def follow(self, sid: str, on_text: Callable[[str], None]) -> None:
+        """Stream the job's log until it ends, reconnecting on transient errors.
+
+        A new stream replays the log from its start; ``on_text`` gets each part once.
+        """
+        seen = 0
+
+        async def tail():
+            nonlocal seen
+            position = 0
+            async for chunk in self.client.tail_job_logs(sid):
+                new = chunk[max(0, seen - position):]
+                position += len(chunk)
+                if new:
+                    seen += len(new)
+                    on_text(new)
+
+        def stream():
+            if self._runner is None:
+                raise RuntimeError("JobsApi.follow needs `with JobsApi(...) as api:`")
+            coro = tail()
+            try:
+                self._runner.run(coro)
+            finally:
+                coro.close()  # an interrupt before the first await leaves it unstarted: no "never awaited"
+
+        try:
+            self._call(f"following the log of {sid}", stream)
+        except ClusterError as e:
+            raise ClusterError(f"{e}; the job keeps running: run the same command again to follow it") from None
+
+    def wait_terminal(self, sid: str, timeout_s: float) -> str:
+        """The job's status once it is terminal (or whatever it is after ``timeout_s``)."""
+        deadline = time.monotonic() + timeout_s
+        status = self.status(sid)
+        while status not in TERMINAL and time.monotonic() < deadline:
+            time.sleep(1)
+            status = self.status(sid)
+        return str(status)

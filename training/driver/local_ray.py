@@ -1,0 +1,224 @@
+"""A throwaway Ray head on 127.0.0.1, for the local run and the tests.
+
+``ray start --head --block`` runs in its own process group, so stopping it
+stops exactly the processes it started (raylet, GCS, dashboard, workers) and
+nothing else on the machine; ``ray stop`` would kill every Ray on the host.
+Every port is picked free, so two local heads (two test sessions) coexist.
+``LocalRayNode`` adds a second node to such a head, for a drill that loses a
+whole node (``training.drill``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from training.driver.errors import ClusterError
+
+_PORT_FLAGS = (
+    "--port",
+    "--dashboard-port",
+    "--ray-client-server-port",
+    "--dashboard-agent-listen-port",
+    "--dashboard-agent-grpc-port",
+    "--runtime-env-agent-port",
+    "--metrics-export-port",
+    "--node-manager-port",
+    "--object-manager-port",
+)
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports that were free a moment ago."""
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.create_server(("127.0.0.1", 0))) for _ in range(count)]
+        return [s.getsockname()[1] for s in socks]
+
+
+class LocalRayHead:
+    """``with LocalRayHead(num_cpus=2, log_path=...) as head:`` then use ``head.address``."""
+
+    def __init__(self, num_cpus: int, log_path: Path, startup_timeout_s: float = 120.0):
+        self.num_cpus = num_cpus
+        self.log_path = log_path
+        self.startup_timeout_s = startup_timeout_s
+        self._proc: subprocess.Popen | None = None
+        self._temp_dir: str | None = None
+        self.address = ""
+        self.gcs_address = ""
+
+    def __enter__(self) -> "LocalRayHead":
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _start(self) -> None:
+        ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS))))
+        # Ray's unix sockets live under the temp dir; their paths must stay short.
+        self._temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+        bin_dir = Path(sys.executable).parent
+        cmd = [
+            str(bin_dir / "ray"), "start", "--head", "--block",
+            "--node-ip-address=127.0.0.1",
+            "--dashboard-host=127.0.0.1",
+            "--include-dashboard=true",
+            f"--num-cpus={self.num_cpus}",
+            "--object-store-memory=268435456",
+            f"--temp-dir={self._temp_dir}",
+            "--disable-usage-stats",
+            *(f"{flag}={port}" for flag, port in ports.items()),
+        ]
+        # The job's entry point and the workers must find this venv's python.
+        env = dict(
+            os.environ,
+            PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            # A throwaway head has nothing to drain; the default makes stop() take 30 s.
+            RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0",
+        )
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:
+            self._proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        self.address = f"http://127.0.0.1:{ports['--dashboard-port']}"
+        self.gcs_address = f"127.0.0.1:{ports['--port']}"
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        import requests
+
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                tail = self.log_path.read_text(errors="replace").strip().splitlines()[-1:]
+                raise ClusterError(
+                    f"`ray start --head` exited with status {self._proc.returncode}: "
+                    f"{tail[0] if tail else 'no output'} (full log: {self.log_path})"
+                )
+            try:
+                if requests.get(f"{self.address}/api/version", timeout=2).ok:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        raise ClusterError(
+            f"the local Ray head did not answer on {self.address} within "
+            f"{self.startup_timeout_s:.0f} s (log: {self.log_path})"
+        )
+
+    def stop(self) -> None:
+        """SIGTERM ``ray start`` (it shuts its processes down in order), then
+        SIGKILL whatever of its process group is left after 30 s."""
+        if self._proc is not None:
+            try:
+                self._proc.send_signal(signal.SIGTERM)
+                if not _group_gone(self._proc, 30):
+                    os.killpg(self._proc.pid, signal.SIGKILL)
+                    _group_gone(self._proc, 10)
+            except ProcessLookupError:
+                pass
+            self._proc = None
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
+
+
+_NODE_PORT_FLAGS = (
+    "--node-manager-port",
+    "--object-manager-port",
+    "--metrics-export-port",
+    "--dashboard-agent-listen-port",
+    "--dashboard-agent-grpc-port",
+    "--runtime-env-agent-port",
+)
+
+
+class LocalRayNode:
+    """``with LocalRayNode(head, num_cpus=1, log_path=...) as node:`` a worker node of ``head``;
+    ``node.kill()`` SIGKILLs all its processes at once, as when a VM is reclaimed."""
+
+    def __init__(self, head: LocalRayHead, num_cpus: int, log_path: Path, startup_timeout_s: float = 120.0):
+        self.head = head
+        self.num_cpus = num_cpus
+        self.log_path = log_path
+        self.startup_timeout_s = startup_timeout_s
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "LocalRayNode":
+        try:
+            self._start()
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.kill()
+
+    def _alive_nodes(self) -> int | None:
+        """Alive nodes of the cluster, or None while the head's state API is not up yet."""
+        from ray.util.state import list_nodes
+        from ray.util.state.exception import RayStateApiException
+
+        try:
+            return len(list_nodes(address=self.head.address, filters=[("state", "=", "ALIVE")]))
+        except RayStateApiException:
+            return None
+
+    def _start(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while (before := self._alive_nodes()) is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        bin_dir = Path(sys.executable).parent
+        ports = dict(zip(_NODE_PORT_FLAGS, free_ports(len(_NODE_PORT_FLAGS))))
+        cmd = [
+            str(bin_dir / "ray"), "start", f"--address={self.head.gcs_address}", "--block",
+            "--node-ip-address=127.0.0.1", f"--num-cpus={self.num_cpus}", "--object-store-memory=268435456",
+            "--disable-usage-stats", *(f"{flag}={port}" for flag, port in ports.items()),
+        ]
+        env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        while (self._alive_nodes() or 0) <= (before or 1):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise ClusterError(f"the local Ray node did not join {self.head.gcs_address} (log: {self.log_path})")
+            time.sleep(0.5)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                _group_gone(self.proc, 10)
+            except ProcessLookupError:
+                pass
+            self.proc = None
+
+
+def _group_gone(proc: subprocess.Popen, wait_s: float) -> bool:
+    """Reap the leader, then wait until no process of its group is left."""
+    deadline = time.monotonic() + wait_s
+    try:
+        proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        return False
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False

@@ -1,0 +1,125 @@
+"""The job a submit request becomes: the trainer's spec, entry point, runtime env, and where its files go."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import ConfigError
+from core.job_spec import JobSpec, build_job, entrypoint, runtime_env
+from core.presets import get_preset
+from training.driver.request import REPO_ROOT, SubmitRequest
+from training.driver.stack_outputs import StackOutputs
+
+LOCAL_WORKERS = 2
+"""Two CPU workers: the smallest run that is still multi-process SPMD (and fits 2 cores)."""
+SHIPPED = [str(REPO_ROOT / "core"), str(REPO_ROOT / "training")]
+"""What Ray uploads for the job: the two packages it imports, not the repository."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    spec: JobSpec
+    entrypoint: str
+    runtime_env: dict
+    checkpoints: str
+    """Where MaxText writes the checkpoints, as the user can find them."""
+    run_dir: Path
+    """This machine's directory for the run: its job log (and, locally, checkpoints and metrics)."""
+
+    @property
+    def job_log(self) -> Path:
+        return self.run_dir / "job.log"
+
+
+def unique_run_name(base: str) -> str:
+    return f"{base}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+
+
+def _run_dirs(request: SubmitRequest) -> Path:
+    out_dir = request.output_dir.resolve()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError("--output-dir", str(request.output_dir), "a directory (this is a file)")
+    return out_dir
+
+
+def _run_name(request: SubmitRequest, base: str) -> str:
+    name = request.overrides.get("run_name")
+    return str(name) if name is not None else unique_run_name(base)
+
+
+def for_cluster(request: SubmitRequest, outputs: StackOutputs) -> Submission:
+    preset = get_preset(request.preset or "llama3-8b")
+    if preset.backend != "tpu":
+        raise ConfigError("--preset", preset.name, "a TPU preset for a cluster run (tiny-cpu is for --local)")
+    out_dir = _run_dirs(request)
+    slices = outputs.num_slices if request.slices is None else request.slices
+    if slices > outputs.num_slices:
+        raise ConfigError("--slices", slices, f"at most the stack's numSlices ({outputs.num_slices})")
+    checkpoint_dir = outputs.checkpoint_dir.rstrip("/")
+    spec = build_job(
+        preset,
+        base_output_directory=checkpoint_dir + "/",
+        run_name=_run_name(request, preset.run_name),
+        slices=slices,
+        overrides=request.overrides,
+        config=request.config,
+        elastic=request.wants_elastic,
+        min_slices=outputs.elastic_min_slices if request.min_slices is None else request.min_slices,
+        generation=outputs.tpu_generation,
+        topology=outputs.topology,
+        max_failures=request.max_failures,
+        spot=outputs.spot,
+        compilation_cache_dir=f"{checkpoint_dir}/jax-cache",
+    )
+    return Submission(
+        spec=spec,
+        entrypoint=entrypoint(spec),
+        runtime_env=runtime_env(py_modules=SHIPPED),
+        checkpoints=f"gs://{outputs.bucket_name}/{spec.run_name}/checkpoints",
+        run_dir=out_dir / spec.run_name,
+    )
+
+
+def for_local(request: SubmitRequest) -> Submission:
+    preset = get_preset(request.preset or "tiny-cpu")
+    if preset.backend != "cpu":
+        raise ConfigError("--preset", preset.name, "a CPU preset for --local (tiny-cpu)")
+    for module in ("maxtext", "jax"):
+        # The workers run this interpreter: fail here rather than in their logs.
+        if importlib.util.find_spec(module) is None:
+            raise ConfigError(
+                "--local", f"no {module} in {sys.executable}",
+                "the packages of requirements.txt installed (MaxText needs Python >= 3.12)",
+            )
+    out_dir = _run_dirs(request)
+    slices = LOCAL_WORKERS if request.slices is None else request.slices
+    cpus = os.cpu_count() or 1
+    if slices > cpus:
+        raise ConfigError("--slices", slices, f"at most {cpus} for --local (one worker per CPU of this machine)")
+    spec = build_job(
+        preset,
+        base_output_directory=str(out_dir),
+        run_name=_run_name(request, preset.run_name),
+        slices=slices,
+        overrides=request.overrides,
+        config=request.config,
+        elastic=request.wants_elastic,
+        min_slices=request.min_slices,
+        max_failures=request.max_failures,
+        storage_path=str(out_dir / "ray-train"),
+        compilation_cache_dir=str(out_dir / "jax-cache"),
+    )
+    return Submission(
+        spec=spec,
+        # The driver runs on this machine: this interpreter, not whatever `python` is on PATH.
+        entrypoint=entrypoint(spec, python=shlex.quote(sys.executable)),
+        runtime_env=runtime_env(py_modules=SHIPPED),
+        checkpoints=str(out_dir / spec.run_name / "checkpoints"),
+        run_dir=out_dir / spec.run_name,
+    )
