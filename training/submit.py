@@ -250,12 +250,16 @@ def job_client(request: SubmitRequest, outputs, workers: int, log: Callable[[str
             log(f"started a local Ray head: {head.address} (stopped when this command ends)")
             yield connect(head.address, f"see {log_path}", log, request.verbose)
     else:
+        from kubernetes.client import ApiextensionsV1Api
+
+        from training.driver.cluster_checks import check_kuberay
         from training.driver.port_forward import PortForward
 
         with PortForward(
             outputs.namespace, outputs.ray_head_service, outputs.ray_dashboard_port, context=request.kube_context
         ) as pf:
             log(f"port-forward 127.0.0.1:{pf.local_port} -> {outputs.namespace}/{pf.pod}:{pf.pod_port}")
+            check_kuberay(ApiextensionsV1Api(pf.api.api_client), log)
             try:
                 client = connect(
                     pf.url, f"port-forward to {outputs.namespace}/{outputs.ray_head_service}", log, request.verbose

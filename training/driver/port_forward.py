@@ -99,6 +99,11 @@ class PortForward:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.local_port}"
 
+    @property
+    def api(self):
+        """The CoreV1Api the forward uses (its ``api_client`` reaches the rest of the Kubernetes API)."""
+        return self._api
+
     def __enter__(self) -> "PortForward":
         api = self._api or _core_api(self._context)
         self.pod, self.pod_port = resolve_pod(api, self.namespace, self.service, self.port)

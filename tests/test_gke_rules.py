@@ -1,0 +1,236 @@
+"""What GKE, KubeRay and Google's naming rules would refuse, caught before anything is registered."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from core.errors import ConfigError
+from core.kuberay import supports_flat_resource_claims
+from stack.config import config_keys, parse_stack_config
+from stack.mock_engine import MOCK_CHANNEL_VERSIONS, MockGke, OfflineRun, run_offline
+from tests.schemas import RAYCLUSTER_CRD
+from tests.test_stack_dev import CLUSTER, RAYCLUSTER, tpu_pools
+from training.driver.cluster_checks import check_kuberay
+from training.driver.errors import ClusterError
+
+
+def refused(config: dict, gke: MockGke | None = None) -> ConfigError:
+    run = OfflineRun()
+    with pytest.raises(ConfigError) as error:
+        run_offline(config, run=run, gke=gke)
+    assert run.resources == [], [r.urn for r in run.resources]
+    return error.value
+
+
+def with_keys(dev_config: dict, **changes: str | None) -> dict:
+    config = dict(dev_config)
+    for key, value in changes.items():
+        full = key if ":" in key else f"gke-ray-tpu:{key}"
+        if value is None:
+            config.pop(full, None)
+        else:
+            config[full] = value
+    return config
+
+
+# -- versions ---------------------------------------------------------------------------------------------------
+
+
+def test_the_minor_follows_the_channels_newest_patch(dev_config):
+    newest = MOCK_CHANNEL_VERSIONS["RAPID"][2]
+    assert run_offline(dev_config).outputs["clusterVersion"] == newest
+    later = {**MOCK_CHANNEL_VERSIONS, "RAPID": ["1.35.9-gke.100", *MOCK_CHANNEL_VERSIONS["RAPID"]]}
+    run = run_offline(dev_config, gke=MockGke(channel_versions=later))
+    assert run.outputs["clusterVersion"] == "1.35.9-gke.100"
+    assert run.one(CLUSTER).inputs["minMasterVersion"] == "1.35"  # the program's input does not change
+
+
+def test_a_pin_the_channel_dropped_fails_preview_with_what_to_do(dev_config):
+    # Rapid dropped 1.34.1-gke.1829001 in November 2025; the tutorial's 1.35.2-gke.1842000 went to Regular.
+    error = refused(with_keys(dev_config, clusterVersion="1.34.1-gke.1829001"))
+    assert error.key == "gke-ray-tpu:clusterVersion"
+    assert error.expected == (
+        "a version the RAPID channel in us-east5-b offers (1.34.1-gke.1829001 was dropped or never offered; "
+        "its newest 1.34 is 1.34.6-gke.1154000); the minor 1.34 follows the channel"
+    )
+    run = run_offline(with_keys(dev_config, clusterVersion="1.35.2-gke.1842000", releaseChannel="REGULAR"))
+    assert run.one(CLUSTER).inputs["minMasterVersion"] == "1.35.2-gke.1842000"
+    assert run.outputs["clusterVersion"] == "1.35.2-gke.1842000"
+
+
+def test_a_minor_the_channel_does_not_offer_and_one_below_the_dranet_floor(dev_config):
+    assert refused(with_keys(dev_config, clusterVersion="1.37")).expected.startswith("a minor the RAPID channel")
+    # STABLE's newest 1.35 is 1.35.2-gke.1269001: below the Autopilot DRANET minimum.
+    error = refused(with_keys(dev_config, clusterMode="autopilot", releaseChannel="STABLE"))
+    assert (error.key, error.value) == ("gke-ray-tpu:clusterVersion", "1.35.2-gke.1269001")
+    assert "1.35.2-gke.1842000 or later" in error.expected
+    # Without DCN networks there is no DRANET floor: v5p stacks can use an older minor.
+    assert run_offline(with_keys(dev_config, tpuGeneration="v5p", tpuTopology="2x2x4", dcnCidrs=None,
+                                 clusterVersion="1.33", releaseChannel="STABLE")).resources
+
+
+def test_unspecified_channel_picks_from_every_offered_version(dev_config):
+    run = run_offline(with_keys(dev_config, releaseChannel="UNSPECIFIED"))
+    assert run.outputs["clusterVersion"] == "1.35.3-gke.1993000"
+
+
+# -- an existing cluster ------------------------------------------------------------------------------------------
+
+EXISTING = {"existingClusterName": "shared-gke", "existingClusterLocation": "us-east5-b"}
+
+
+def test_an_existing_cluster_missing_what_the_stack_relies_on_is_refused_listing_it_all(dev_config):
+    lacking = MockGke(cluster_changes={
+        "datapathProvider": "LEGACY_DATAPATH",
+        "workloadIdentityConfigs": [],
+        "addonsConfigs": [{"rayOperatorConfigs": [{"enabled": False}], "gcsFuseCsiDriverConfigs": []}],
+        "masterVersion": "1.33.5-gke.1697000",
+    })
+    error = refused(with_keys(dev_config, **EXISTING), gke=lacking)
+    assert error.key == "gke-ray-tpu:existingClusterName" and error.value == "shared-gke"
+    assert error.expected == (
+        "an existing cluster with Dataplane V2 (datapath LEGACY_DATAPATH; DRANET needs ADVANCED_DATAPATH); "
+        "Workload Identity pool my-tpu-project.svc.id.goog (has none); the Ray operator add-on; "
+        "the GCS FUSE CSI driver add-on; GKE 1.34.1-gke.1829001 or later for DRANET (runs 1.33.5-gke.1697000)"
+    )
+
+
+def test_an_existing_autopilot_cluster_for_a_standard_stack_is_refused(dev_config):
+    error = refused(with_keys(dev_config, **EXISTING), gke=MockGke(cluster_changes={"enableAutopilot": True}))
+    assert error.expected == "an existing cluster with clusterMode standard (the cluster is autopilot)"
+
+
+def test_an_existing_cluster_with_everything_is_read_not_created(dev_config):
+    run = run_offline(with_keys(dev_config, **EXISTING))
+    assert run.of_type(CLUSTER) == [] and "gcp:container/getCluster:getCluster" in run.invokes
+    assert {p.inputs["cluster"] for p in tpu_pools(run)} == {"shared-gke"}
+    assert run.outputs["clusterVersion"] == "1.35.3-gke.1993000"  # what it runs
+
+
+# -- pods, reservations ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["standard", "autopilot"])
+def test_no_container_is_privileged(run_stack, mode):
+    """Autopilot refuses privileged pods (autogke-disallow-privilege) and GKE >= 1.28 needs none for TPUs."""
+    manifest = run_stack(clusterMode=mode).one(RAYCLUSTER).inputs["spec"]
+    pods = [manifest["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in manifest["workerGroupSpecs"]]
+    for pod in pods:
+        for container in pod["containers"]:
+            assert not (container.get("securityContext") or {}).get("privileged"), container["name"]
+
+
+@pytest.mark.parametrize(
+    "changes, affinity",
+    [
+        ({}, {"consumeReservationType": "ANY_RESERVATION"}),
+        ({"spot": "true"}, {"consumeReservationType": "NO_RESERVATION"}),
+        ({"reservation": "trillium"}, {"consumeReservationType": "SPECIFIC_RESERVATION",
+                                       "key": "compute.googleapis.com/reservation-name", "values": ["trillium"]}),
+        ({"reservation": "projects/shared-tpus/reservations/trillium"},
+         {"consumeReservationType": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",
+          "values": ["projects/shared-tpus/reservations/trillium"]}),
+    ],
+)
+def test_reservation_affinity_is_always_stated(run_stack, changes, affinity):
+    for pool in tpu_pools(run_stack(**changes)):
+        assert pool.inputs["nodeConfig"]["reservationAffinity"] == affinity
+
+
+# -- names the stack derives from a value ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        ("clusterName", "c" * 41, "a GKE cluster or node pool name: 1-40"),
+        ("clusterName", "a" * 40, None),
+        ("rayClusterName", "r" * 42, "a multi-host TPU RayCluster name: a DNS-1035 label of 1-41"),
+        ("rayClusterName", "1cluster", "a RayCluster name: a DNS-1035 label"),
+        ("ksaName", "k" * 120, "Workload Identity subject"),
+        ("bucketName", "ckpt.example.com", "no dots"),
+        ("bucketName", "team-g00gle-ckpt", "not containing 'google'"),
+        ("bucketName", "goog-ckpt", "not starting with 'goog'"),
+        ("namespace", "Training", "a Kubernetes DNS-1123 label"),
+        ("reservation", "projects/x/reservations/r", "a project of the shared reservation"),
+        ("gcp:project", "my_project", "a Google Cloud project ID"),
+    ],
+)
+def test_names_are_checked_under_the_key_they_come_from(dev_config, key, value, expected):
+    config = with_keys(dev_config, **{key: value})
+    if expected is None:
+        assert run_offline(config).resources  # 40 is the longest cluster name, and its derived names fit
+        return
+    error = refused(config)
+    assert error.key == (key if ":" in key else f"gke-ray-tpu:{key}") and expected in error.expected
+
+
+def test_a_derived_firewall_name_over_63_is_refused_under_clustername():
+    from components.dcn_networks import check_name_prefix
+
+    check_name_prefix("a" * 42, 2, key="gke-ray-tpu:clusterName")  # 42 + 21 = 63: fits
+    with pytest.raises(ConfigError) as error:
+        check_name_prefix("a" * 43, 2, key="gke-ray-tpu:clusterName")
+    assert "DCN firewall rule name" in error.value.expected and error.value.key == "gke-ray-tpu:clusterName"
+
+
+def test_one_single_host_slice_may_use_a_longer_raycluster_name(dev_config):
+    config = with_keys(dev_config, tpuTopology="2x2", numSlices="1", elasticMinSlices=None, rayClusterName="r" * 53)
+    assert run_offline(config).one(RAYCLUSTER).inputs["metadata"]["name"] == "r" * 53
+    assert refused(with_keys(config, rayClusterName="r" * 54)).key == "gke-ray-tpu:rayClusterName"
+
+
+def test_errors_raised_inside_components_name_the_config_key(dev_config):
+    cfg = parse_stack_config(dev_config)
+    with pytest.raises(ConfigError) as error, config_keys(cfg):
+        raise ConfigError("RayTpuClusterArgs.image", "x y", "an image")
+    assert error.value.key == "gke-ray-tpu:rayImage"
+    with pytest.raises(ConfigError) as error, config_keys(cfg):
+        raise ConfigError("something-else", 1, "x")
+    assert error.value.key == "something-else"  # not a component argument: left as it is
+
+
+# -- the KubeRay the cluster serves -------------------------------------------------------------------------------
+
+
+class FakeExtensions:
+    def __init__(self, crd=None, status=None):
+        self.crd, self.status = crd, status
+
+    def read_custom_resource_definition(self, name):
+        from kubernetes.client.exceptions import ApiException
+
+        assert name == "rayclusters.ray.io"
+        if self.status:
+            raise ApiException(status=self.status, reason="Forbidden" if self.status == 403 else "Not Found")
+        return self.crd
+
+
+def kuberay_13_crd() -> dict:
+    """The vendored CRD with the pod's resourceClaims as KubeRay 1.3 had them (source.resourceClaimTemplateName)."""
+    crd = json.loads(RAYCLUSTER_CRD.read_text())
+    old = copy.deepcopy(crd)
+    version = next(v for v in old["spec"]["versions"] if v["name"] == "v1")
+    node = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["workerGroupSpecs"]["items"]
+    claims = node["properties"]["template"]["properties"]["spec"]["properties"]["resourceClaims"]["items"]
+    claims["properties"] = {"name": {"type": "string"},
+                            "source": {"type": "object", "properties": {"resourceClaimTemplateName": {"type": "string"}}}}
+    return old
+
+
+def test_the_served_crd_tells_a_kuberay_that_keeps_the_dcn_claim():
+    assert supports_flat_resource_claims(json.loads(RAYCLUSTER_CRD.read_text()))
+    assert not supports_flat_resource_claims(kuberay_13_crd())
+    notes: list[str] = []
+    check_kuberay(FakeExtensions(json.loads(RAYCLUSTER_CRD.read_text())), notes.append)
+    assert notes == []
+    with pytest.raises(ClusterError, match="older than 1.4.0 and the TPU workers got no DCN NICs"):
+        check_kuberay(FakeExtensions(kuberay_13_crd()), notes.append)
+    with pytest.raises(ClusterError, match="no rayclusters.ray.io CRD: is GKE's Ray operator add-on enabled"):
+        check_kuberay(FakeExtensions(status=404), notes.append)
+    check_kuberay(FakeExtensions(status=403), notes.append)  # may not read CRDs: a note, not a failure
+    assert notes == ["cannot read the rayclusters.ray.io CRD (403 Forbidden): not checked that KubeRay >= 1.4.0"]
+
