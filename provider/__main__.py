@@ -1,0 +1,35 @@
+"""Hosts the five components as the Pulumi package gke-ray-tpu, for programs in any language.
+
+pulumi-language-python starts a plugin as ``<venv>/bin/python <plugin dir> <engine address>``
+with the consumer's project as working directory, so only this folder is on sys.path.
+The components (``components/``, and the ``core/`` they import) sit one level up, so
+the repository root is put on sys.path before they are imported. Nothing may print to
+stdout here: the host's only stdout line is the gRPC port the engine reads.
+"""
+
+import sys
+import tomllib
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from pulumi.provider.experimental import component_provider_host  # noqa: E402
+
+from components import DcnNetworks, GcsWorkloadIdentity, GkeRayCluster, RayTpuCluster, TpuSliceNodePool  # noqa: E402
+
+PACKAGE = "gke-ray-tpu"
+
+
+def package_version() -> str:
+    """The library's version, from pyproject.toml: the schema and GetPluginInfo report it."""
+    with open(REPO_ROOT / "pyproject.toml", "rb") as file:
+        return tomllib.load(file)["project"]["version"]
+
+
+if __name__ == "__main__":
+    component_provider_host(
+        components=[DcnNetworks, GkeRayCluster, TpuSliceNodePool, GcsWorkloadIdentity, RayTpuCluster],
+        name=PACKAGE,
+        version=package_version(),
+    )

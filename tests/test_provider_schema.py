@@ -1,0 +1,474 @@
+"""provider/ as the Pulumi CLI sees it, and the YAML program that uses it.
+
+The plugin is started the way pulumi-language-python starts a source-based plugin
+(``python <plugin dir> <engine address>``, working directory = the consumer's project),
+asked over gRPC for its plugin info and schema, and the schema is held to the contract
+written out below from the component modules' Args TypedDicts and class annotations.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import selectors
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+import grpc
+import pytest
+import yaml
+from google.protobuf import empty_pb2
+from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
+
+from tests.conftest import REPO_ROOT
+
+PROVIDER_DIR = REPO_ROOT / "provider"
+YAML_STACK = REPO_ROOT / "examples" / "yaml-stack" / "Pulumi.yaml"
+PACKAGE = "gke-ray-tpu"
+PROVIDER_PINS = ("pulumi", "pulumi-gcp", "pulumi-kubernetes", "pydantic", "pyyaml")
+
+CLUSTER_REF = "/gcp/v10.2.0/schema.json#/resources/gcp:container%2Fcluster:Cluster"
+K8S_PROVIDER_REF = "/kubernetes/v4.34.2/schema.json#/resources/pulumi:providers:kubernetes"
+CLUSTER = "resource:gcp:container/cluster:Cluster"
+K8S_PROVIDER = "resource:pulumi:providers:kubernetes"
+NETWORKS = "array<type:AdditionalNetwork>"
+NAMES = "array<string>"
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What a component declares: inputs and outputs by schema name, with their kinds (see ``kind``)."""
+
+    inputs: dict[str, str]
+    required: frozenset[str]
+    outputs: dict[str, str]
+
+
+def _strings(*names: str) -> dict[str, str]:
+    return dict.fromkeys(names, "string")
+
+
+# Written from components/*.py: <Name>Args fields (NotRequired = optional) and the class-level output annotations.
+CONTRACT = {
+    "DcnNetworks": Contract(
+        inputs={**_strings("region", "namePrefix"), "cidrs": NAMES, "project": "string", "mtu": "integer"},
+        required=frozenset({"region", "namePrefix"}),
+        outputs={"networkNames": NAMES, "subnetNames": NAMES},
+    ),
+    "GkeRayCluster": Contract(
+        inputs={
+            **_strings("clusterName", "location", "project", "mode", "version", "releaseChannel"),
+            "deletionProtection": "boolean",
+            "cpuMachineType": "string",
+            "cpuNodeCount": "integer",
+            "enableMultiNetworking": "boolean",
+            "dranet": "boolean",
+            "existing": "boolean",
+        },
+        required=frozenset({"clusterName", "location", "project"}),
+        outputs={
+            "cluster": CLUSTER,
+            **_strings("name", "location", "endpoint", "kubeconfig", "version"),
+            "provider": K8S_PROVIDER,
+        },
+    ),
+    "TpuSliceNodePool": Contract(
+        inputs={
+            "cluster": CLUSTER,
+            **_strings("zone", "generation", "topology", "poolName"),
+            "sliceIndex": "integer",
+            "additionalNetworks": NETWORKS,
+            "spot": "boolean",
+            "reservation": "string",
+        },
+        required=frozenset({"cluster", "zone"}),
+        outputs={"poolName": "string", "machineType": "string", "hosts": "integer", "chipsPerHost": "integer"},
+    ),
+    "GcsWorkloadIdentity": Contract(
+        inputs=_strings("bucketName", "location", "project", "projectNumber", "namespace", "ksaName", "bucketDeletion"),
+        required=frozenset({"bucketName", "location", "project", "projectNumber"}),
+        outputs=_strings("bucketName", "ksaName", "member"),
+    ),
+    "RayTpuCluster": Contract(
+        inputs={
+            **_strings("bucketName", "name", "namespace", "serviceAccount", "generation", "topology"),
+            "numSlices": "integer",
+            "minSlices": "integer",
+            "dcnInterfaces": "integer",
+            "image": "string",
+            "megascalePort": "integer",
+            "computeClass": "string",
+            "spot": "boolean",
+        },
+        required=frozenset({"bucketName"}),
+        outputs={**_strings("clusterName", "headService"), "dashboardPort": "integer"},
+    ),
+}
+
+_EXTERNAL_REF = re.compile(r"/[\w-]+/v[\w.-]+/schema\.json#/resources/(.+)")
+
+
+def kind(node: dict) -> str:
+    """A property schema in short: string, integer, array<...>, map<...>, type:<Name> or resource:<token>."""
+    ref = node.get("$ref")
+    if ref is not None:
+        if ref.startswith(f"#/types/{PACKAGE}:index:"):
+            return "type:" + ref.rsplit(":", 1)[1]
+        external = _EXTERNAL_REF.fullmatch(ref)
+        assert external, f"unexpected $ref {ref}"
+        return "resource:" + unquote(external[1])
+    if node.get("type") == "array":
+        return f"array<{kind(node['items'])}>"
+    if node.get("type") == "object" and "additionalProperties" in node:
+        return f"map<{kind(node['additionalProperties'])}>"
+    return node["type"]
+
+
+def project_version() -> str:
+    return tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def pins(path) -> dict[str, str]:
+    """``name==version`` lines of a requirements file, by lower-case name."""
+    found = {}
+    for line in path.read_text().splitlines():
+        requirement = line.split("#", 1)[0].strip()
+        if "==" in requirement:
+            name, version = requirement.split("==", 1)
+            found[name.split("[", 1)[0].strip().lower()] = version.strip()
+    return found
+
+
+def _read_port(process: subprocess.Popen, stderr_path, timeout: float = 120.0) -> int:
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ)
+    ready = selector.select(timeout)
+    selector.close()
+    line = process.stdout.readline() if ready else b""
+    if not re.fullmatch(rb"\d+\n", line):
+        process.kill()
+        process.wait()
+        raise AssertionError(f"the host printed {line!r} instead of '<port>\\n'; stderr:\n{stderr_path.read_text()}")
+    return int(line)
+
+
+@pytest.fixture(scope="module")
+def host_port(request, tmp_path_factory) -> int:
+    """The plugin, run as the language host runs it: the consumer's directory as cwd, the repo not on PYTHONPATH."""
+    consumer = tmp_path_factory.mktemp("consumer-project")
+    stderr_path = consumer / "provider.stderr"
+    stderr = stderr_path.open("w")
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    process = subprocess.Popen(
+        [sys.executable, str(PROVIDER_DIR), "127.0.0.1:1"],  # the engine address is stored, never dialled for GetSchema
+        cwd=consumer,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+    )
+
+    def stop() -> None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+        stderr.close()
+
+    request.addfinalizer(stop)
+    return _read_port(process, stderr_path)
+
+
+@pytest.fixture(scope="module")
+def served(host_port) -> tuple[str, dict]:
+    """(GetPluginInfo version, GetSchema schema) over gRPC."""
+    with grpc.insecure_channel(f"127.0.0.1:{host_port}") as channel:
+        grpc.channel_ready_future(channel).result(timeout=30)
+        stub = provider_pb2_grpc.ResourceProviderStub(channel)
+        info = stub.GetPluginInfo(empty_pb2.Empty(), timeout=30)
+        response = stub.GetSchema(provider_pb2.GetSchemaRequest(version=0), timeout=60)
+    return info.version, json.loads(response.schema)
+
+
+@pytest.fixture(scope="module")
+def schema(served) -> dict:
+    return served[1]
+
+
+def resource(schema: dict, name: str) -> dict:
+    return schema["resources"][f"{PACKAGE}:index:{name}"]
+
+
+def test_plugin_files_name_the_package_and_pin_the_repository_versions(schema):
+    assert yaml.safe_load((PROVIDER_DIR / "PulumiPlugin.yaml").read_text()) == {"name": PACKAGE, "runtime": "python"}
+    assert schema["name"] == PACKAGE
+    provider_pins = pins(PROVIDER_DIR / "requirements.txt")
+    repository_pins = pins(REPO_ROOT / "requirements.txt")
+    assert set(provider_pins) == set(PROVIDER_PINS)
+    assert provider_pins == {name: repository_pins[name] for name in PROVIDER_PINS}
+
+
+def test_plugin_info_and_schema_carry_the_pyproject_version(served):
+    plugin_version, schema = served
+    assert plugin_version == project_version()
+    assert schema["version"] == project_version()
+    assert schema["displayName"] == PACKAGE
+
+
+def test_schema_holds_exactly_the_five_components(schema):
+    assert set(schema["resources"]) == {f"{PACKAGE}:index:{name}" for name in CONTRACT}
+    for name in CONTRACT:
+        assert resource(schema, name)["isComponent"] is True
+        assert resource(schema, name)["description"].strip(), name
+
+
+@pytest.mark.parametrize("name", sorted(CONTRACT))
+def test_inputs_are_the_args_typeddict(schema, name):
+    declared = resource(schema, name)
+    contract = CONTRACT[name]
+    assert {prop: kind(node) for prop, node in declared["inputProperties"].items()} == contract.inputs
+    assert set(declared["requiredInputs"]) == contract.required
+    assert [prop for prop, node in declared["inputProperties"].items() if not node.get("description", "").strip()] == []
+
+
+@pytest.mark.parametrize("name", sorted(CONTRACT))
+def test_outputs_are_the_class_annotations(schema, name):
+    declared = resource(schema, name)
+    contract = CONTRACT[name]
+    assert {prop: kind(node) for prop, node in declared["properties"].items()} == contract.outputs
+    assert set(declared["required"]) == set(contract.outputs)  # no output is Optional
+    assert [prop for prop, node in declared["properties"].items() if not node.get("description", "").strip()] == []
+
+
+def test_descriptions_are_the_field_docstrings(schema):
+    assert resource(schema, "DcnNetworks")["inputProperties"]["mtu"]["description"].startswith("MTU of every network")
+    assert resource(schema, "TpuSliceNodePool")["properties"]["hosts"]["description"].startswith("TPU VMs in the slice")
+    assert resource(schema, "GkeRayCluster")["properties"]["provider"]["description"].startswith("A Kubernetes provider")
+
+
+def test_additional_network_is_the_only_complex_type(schema):
+    assert set(schema["types"]) == {f"{PACKAGE}:index:AdditionalNetwork"}
+    network = schema["types"][f"{PACKAGE}:index:AdditionalNetwork"]
+    assert network["type"] == "object"
+    assert network["description"].strip()
+    assert {prop: kind(node) for prop, node in network["properties"].items()} == _strings("network", "subnetwork")
+    assert set(network["required"]) == {"network", "subnetwork"}
+    assert all(node["description"].strip() for node in network["properties"].values())
+
+
+def test_resource_references_and_dependencies(schema):
+    assert resource(schema, "TpuSliceNodePool")["inputProperties"]["cluster"]["$ref"] == CLUSTER_REF
+    assert resource(schema, "GkeRayCluster")["properties"]["cluster"]["$ref"] == CLUSTER_REF
+    assert resource(schema, "GkeRayCluster")["properties"]["provider"]["$ref"] == K8S_PROVIDER_REF
+    assert sorted(schema["dependencies"], key=lambda d: d["name"]) == [
+        {"name": "gcp", "version": "10.2.0"},
+        {"name": "kubernetes", "version": "4.34.2"},
+    ]
+    repository_pins = pins(REPO_ROOT / "requirements.txt")
+    assert (repository_pins["pulumi-gcp"], repository_pins["pulumi-kubernetes"]) == ("10.2.0", "4.34.2")
+
+
+def test_in_process_schema_equals_the_served_one(schema):
+    from pulumi.provider.experimental.component import ComponentProvider
+
+    from components import DcnNetworks, GcsWorkloadIdentity, GkeRayCluster, RayTpuCluster, TpuSliceNodePool
+
+    classes = [DcnNetworks, GkeRayCluster, TpuSliceNodePool, GcsWorkloadIdentity, RayTpuCluster]
+    assert json.loads(ComponentProvider(classes, PACKAGE, None, project_version()).schema) == schema
+
+
+# The YAML program ------------------------------------------------------------------------------------------
+
+_EXPRESSION = re.compile(r"\$\{([^}]*)\}")
+_ACCESS = re.compile(r"(?P<root>[A-Za-z][\w-]*)(?P<path>(?:\.\w+|\[\d+\])*)")
+_STEP = re.compile(r"\.(\w+)|\[(\d+)\]")
+
+
+def canonical_token(token: str) -> str:
+    """A YAML type token in schema form.
+
+    gke-ray-tpu:X -> gke-ray-tpu:index:X, and gcp:container:Cluster -> gcp:container/cluster:Cluster.
+    """
+    parts = token.split(":")
+    if len(parts) == 2:
+        parts.insert(1, "index")
+    package, module, name = parts
+    if module != "index" and "/" not in module:
+        module = f"{module}/{name[0].lower()}{name[1:]}"
+    return f"{package}:{module}:{name}"
+
+
+def expressions(value) -> list[str]:
+    """Every ``${...}`` anywhere in a YAML value."""
+    if isinstance(value, str):
+        return _EXPRESSION.findall(value)
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+    return [found for item in items for found in expressions(item)]
+
+
+class YamlProgram:
+    """A Pulumi YAML program checked against the package schema; each check raises AssertionError."""
+
+    def __init__(self, program: dict, schema: dict):
+        self.program = program
+        self.schema = schema
+        self.resources = program.get("resources", {})
+        self.config = program.get("config", {})
+
+    def component(self, name: str) -> dict | None:
+        """The schema of resource ``name`` if it is one of this package's components."""
+        token = canonical_token(self.resources[name]["type"])
+        if not token.startswith(f"{PACKAGE}:"):
+            return None
+        assert token in self.schema["resources"], f"{name}: {token} is not in the schema"
+        return self.schema["resources"][token]
+
+    def expression_kind(self, expression: str) -> str | None:
+        """The kind of ``${expression}`` (None: a property of a resource from another package)."""
+        access = _ACCESS.fullmatch(expression.strip())
+        assert access, f"${{{expression}}} is not a property access"
+        root = access["root"]
+        steps = [prop or None for prop, _ in _STEP.findall(access["path"])]  # None: an [index]
+        if root in self.config:
+            config_type = self.config[root].get("type", "string")
+            assert not steps, f"${{{expression}}}: config {root} is a {config_type}"
+            return config_type
+        assert root in self.resources, f"${{{expression}}}: {root} is neither config nor a resource"
+        if not steps:
+            return "resource:" + canonical_token(self.resources[root]["type"])
+        component = self.component(root)
+        if component is None:
+            return None
+        output = steps[0]
+        assert output in component["properties"], f"${{{expression}}}: {output} is not an output of {root}"
+        current = kind(component["properties"][output])
+        for prop in steps[1:]:
+            assert prop is None and current.startswith("array<"), f"${{{expression}}}: {current} cannot be indexed that way"
+            current = current[len("array<"):-1]
+        return current
+
+    def check_value(self, value, node: dict, where: str) -> None:
+        expected = kind(node)
+        whole = _EXPRESSION.fullmatch(value) if isinstance(value, str) else None
+        if whole:
+            found = self.expression_kind(whole[1])
+            if _ACCESS.fullmatch(whole[1].strip())["root"] in self.resources:
+                assert not node.get("plain"), f"{where}: a resource's output goes to a plain input"
+            assert found in (None, expected), f"{where}: ${{{whole[1]}}} is a {found}, the input a {expected}"
+        elif expected.startswith("type:"):
+            declared = self.schema["types"][f"{PACKAGE}:index:{expected[len('type:'):]}"]
+            assert isinstance(value, dict), f"{where}: {expected} wants an object"
+            assert set(value) <= set(declared["properties"]), f"{where}: {sorted(set(value) - set(declared['properties']))}"
+            assert set(declared.get("required", [])) <= set(value), f"{where}: missing {set(declared['required']) - set(value)}"
+            for key, item in value.items():
+                self.check_value(item, declared["properties"][key], f"{where}.{key}")
+        elif expected.startswith("array<"):
+            assert isinstance(value, list), f"{where}: {expected} wants a list"
+            for index, item in enumerate(value):
+                self.check_value(item, node["items"], f"{where}[{index}]")
+        else:
+            for inner in expressions(value):
+                self.expression_kind(inner)
+            python = {"string": str, "integer": int, "number": (int, float), "boolean": bool}.get(expected)
+            assert python is not None, f"{where}: {value!r} given where a {expected} is taken"
+            assert isinstance(value, python) and (expected == "boolean" or not isinstance(value, bool)), (
+                f"{where}: {value!r} is not a {expected}"
+            )
+
+    def check(self) -> None:
+        for name in self.resources:
+            component = self.component(name)
+            if component is None:
+                continue
+            properties = self.resources[name].get("properties", {})
+            unknown = set(properties) - set(component["inputProperties"])
+            assert not unknown, f"{name}: {sorted(unknown)} are not inputs"
+            missing = set(component["requiredInputs"]) - set(properties)
+            assert not missing, f"{name}: required {sorted(missing)} not set"
+            for prop, value in properties.items():
+                self.check_value(value, component["inputProperties"][prop], f"{name}.{prop}")
+        for expression in expressions(self.program):
+            self.expression_kind(expression)
+
+    def outputs_read(self) -> set[tuple[str, str]]:
+        """(component, output) for every ``${component.output...}`` in the program."""
+        read = set()
+        for expression in expressions(self.program):
+            access = _ACCESS.fullmatch(expression.strip())
+            if access["root"] in self.resources and access["path"] and self.component(access["root"]):
+                read.add((access["root"], _STEP.match(access["path"])[1]))
+        return read
+
+
+@pytest.fixture(scope="module")
+def yaml_program() -> dict:
+    return yaml.safe_load(YAML_STACK.read_text())
+
+
+def test_yaml_stack_uses_the_local_package(yaml_program):
+    assert yaml_program["runtime"] == "yaml"
+    assert yaml_program["packages"] == {PACKAGE: "../../provider"}
+    assert (YAML_STACK.parent / yaml_program["packages"][PACKAGE]).resolve() == PROVIDER_DIR
+    existing = yaml_program["resources"]["existing"]
+    assert existing["type"] == "gcp:container:Cluster" and "properties" not in existing
+    assert existing["get"] == {"id": "projects/${gcpProject}/locations/${clusterLocation}/clusters/${clusterName}"}
+    used = sorted(canonical_token(r["type"]) for r in yaml_program["resources"].values() if r["type"].startswith(PACKAGE))
+    assert used == [f"{PACKAGE}:index:DcnNetworks", *[f"{PACKAGE}:index:TpuSliceNodePool"] * 2]
+
+
+def test_yaml_stack_sets_only_inputs_and_reads_only_outputs(yaml_program, schema):
+    program = YamlProgram(yaml_program, schema)
+    program.check()
+    read = program.outputs_read()
+    assert {("dcn", "networkNames"), ("dcn", "subnetNames"), ("slice-0", "poolName"), ("slice-1", "poolName")} <= read
+
+
+_DELETE = object()
+
+
+def _edit(path: tuple, value=_DELETE):
+    """A change to the program at ``path``: set it to ``value``, or delete it."""
+
+    def mutate(program: dict) -> None:
+        target = program
+        for key in path[:-1]:
+            target = target[key]
+        if value is _DELETE:
+            del target[path[-1]]
+        else:
+            target[path[-1]] = value
+
+    return mutate
+
+
+SLICE = ("resources", "slice-0", "properties")
+
+
+@pytest.mark.parametrize(
+    "mutate, complaint",
+    [
+        (_edit(("resources", "dcn", "type"), "gke-ray-tpu:index:DcnNetwork"), "not in the schema"),
+        (_edit((*SLICE, "sliceIdx"), 0), "are not inputs"),
+        (_edit((*SLICE, "zone")), "required"),
+        (_edit((*SLICE, "additionalNetworks"), [{"network": "${dcn.networkNames[0]}"}]), "missing"),
+        (_edit((*SLICE, "additionalNetworks", 0, "network"), "${dcn.networks[0]}"), "not an output"),
+        (_edit((*SLICE, "additionalNetworks", 0, "network"), "${dcn.networkNames}"), "is a array<string>"),
+        (_edit((*SLICE, "zone"), "${dcn.networkNames[0]}"), "plain input"),
+        (_edit((*SLICE, "cluster"), "${dcn}"), "the input a resource:gcp:container/cluster:Cluster"),
+        (_edit((*SLICE, "sliceIndex"), "0"), "is not a integer"),
+        (_edit(("outputs", "hostsPerSlice"), "${slice-0.hostCount}"), "not an output"),
+        (_edit(("outputs", "hostsPerSlice"), "${slice-2.hosts}"), "neither config nor a resource"),
+    ],
+)
+def test_yaml_checker_rejects_a_broken_program(yaml_program, schema, mutate, complaint):
+    broken = copy.deepcopy(yaml_program)
+    mutate(broken)
+    with pytest.raises(AssertionError, match=re.escape(complaint)):
+        YamlProgram(broken, schema).check()
