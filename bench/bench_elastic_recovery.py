@@ -35,6 +35,7 @@ wrote (Orbax reshards it onto 1 process).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -58,6 +59,8 @@ def main() -> int:
     parser.add_argument("--rank", type=int, default=0, help="world rank of the worker to kill (0 hosts JAX's coordinator)")
     parser.add_argument("--lose", choices=("worker", "node"), default="worker")
     args = parser.parse_args()
+    # The workers inherit the local head's environment: JAX logs each XLA compilation and its time.
+    os.environ["JAX_LOG_COMPILES"] = "1"
     with tempfile.TemporaryDirectory(prefix="bench-elastic-") as tmp:
         out = Path(tmp)
         drill = dict(steps=args.steps, checkpoint_period=args.checkpoint_period)
@@ -87,6 +90,11 @@ def main() -> int:
     print(f"next completed step ({resumed.restored_step + 1}) at       "
           f"{clock(d.killed_at + r['next_step_s'])}  (+{r['next_step_s']:.1f} s)")
     print(f"recovery (kill -> next step): {r['next_step_s']:.1f} s")
+    first, again = d.phases(d.killed_group), d.phases(resumed)
+    print("phases of rank 0          first run   restart   restart/first")
+    for key, label in (("starting_s", "start (imports..restore)"), ("compiling_s", "trace + compile"),
+                       ("xla_s", "XLA compilation")):
+        print(f"  {label:<24}{first[key]:>8.2f} s {again[key]:>8.2f} s   {again[key] / first[key]:>8.3f}")
     print(f"steps lost (run twice): {d.steps_lost} (checkpoint period {args.checkpoint_period})")
     print(f"median step time: {step_s:.3f} s -> recovery = {r['next_step_s'] / step_s:.0f} x step time")
     return 0

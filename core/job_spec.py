@@ -59,6 +59,7 @@ SHIPPED_PACKAGES = ("core", "training")
 """The packages the job's driver and workers import from this repository: all Ray ships."""
 TRAINER_PROG = f"python -m {TRAINER_MODULE}"
 
+
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 _ATTEMPT_SUFFIX = re.compile(r"-attempt-\d+$")
@@ -282,6 +283,11 @@ RUNTIME_ENV_VARS = {
     # Ray's log dedup treats lines that differ only in numbers as repeats, so
     # it would hide all but the first and last "completed step" lines.
     "RAY_DEDUP_LOGS": "0",
+    # How long Ray Train waits for a worker group's resources (a TPU slice's) before it tries
+    # again, re-reading what the cluster has. After a lost node Ray still counts the node for
+    # ~15-25 s, so the first restart asks for too many workers; waiting 60 s (Ray's default)
+    # for them is most of a recovery. A retry is not a failure (max_failures is not used up).
+    "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "20",
 }
 
 

@@ -33,6 +33,13 @@ from training.driver.progress import Progress
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _ABSL_TIME = re.compile(r"\)\S*\s+[IWEF](\d{4} \d{2}:\d{2}:\d{2}\.\d{6}) ")
 _WORKER_PID = re.compile(r"\(RayTrainWorker pid=(\d+)")
+_XLA_COMPILE = re.compile(r"Finished XLA compilation of \S+ in ([0-9.]+) sec")
+_CHECKPOINT_LOOKED_UP = ("restoring from this run's directory step", "No existing checkpoints found")
+PACED_MODEL = ("max_target_length=512", "per_device_batch_size=4", "base_emb_dim=256", "base_mlp_dim=1024")
+"""The tiny preset widened until a step takes ~0.3 s on 2 cores: with the compilation cache the tiny
+model trains 16 steps in ~2 s, faster than the kill window (a few steps) can be seen through the log."""
+_COMPILED = "Total estimated memory size"
+"""MaxText's line after it compiled the train step (it reports the compiled program's memory)."""
 
 
 @dataclass
@@ -90,6 +97,18 @@ class Drill:
             "next_step_s": first("completed step:"),
         }
 
+    def phases(self, group) -> dict[str, float]:
+        """What rank 0 of ``group`` spent, in seconds: starting (imports, config, mesh, checkpoint
+        lookup or restore), compiling (tracing, lowering and XLA compilation of the train step, up to
+        MaxText's compiled-memory line) and ``xla_s``, JAX's own XLA compilation time (summed from
+        its ``Finished XLA compilation`` lines, logged when ``JAX_LOG_COMPILES=1``)."""
+        rank0 = {r: p for p, r in group.ranks.items()}[0]
+        times = [(t, line) for t, line in self.group_times(group) if f"pid={rank0})" in line]
+        first = lambda *texts: next(t for t, line in times if any(x in line for x in texts))  # noqa: E731
+        looked_up, compiled = first(*_CHECKPOINT_LOOKED_UP), first(_COMPILED)
+        xla = sum(float(m.group(1)) for _, line in times if (m := _XLA_COMPILE.search(line)))
+        return {"starting_s": looked_up - times[0][0], "compiling_s": compiled - looked_up, "xla_s": xla}
+
     def median_step_s(self) -> float:
         """Median of MaxText's own per-step seconds over the run's steps."""
         return statistics.median(m.seconds for m in self.progress.steps.values())
@@ -125,7 +144,7 @@ def kill_a_worker(address: str, out_dir: Path, run_name: str, steps: int, checkp
         proc = subprocess.Popen(
             [sys.executable, "-m", "training.submit", "--local", "--elastic", "--address", address,
              "--output-dir", str(out_dir), f"steps={steps}", f"checkpoint_period={checkpoint_period}",
-             f"run_name={run_name}"],
+             *PACED_MODEL, f"run_name={run_name}"],
             cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=err, text=True,
         )
     try:

@@ -76,7 +76,8 @@ def test_70b_on_the_dev_stack_is_the_tutorial_command(dev_outputs_file):
     # Only the two packages the job imports travel, not the repository.
     assert [path.rsplit("/", 1)[1] for path in p.runtime_env["py_modules"]] == ["core", "training"]
     assert p.runtime_env["py_modules"] == SHIPPED and "working_dir" not in p.runtime_env
-    assert p.runtime_env["env_vars"] == {"RAY_TRAIN_V2_ENABLED": "1", "RAY_DEDUP_LOGS": "0"}
+    assert p.runtime_env["env_vars"] == {"RAY_TRAIN_V2_ENABLED": "1", "RAY_DEDUP_LOGS": "0",
+                                         "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "20"}
     assert p.checkpoints == "gs://my-tpu-project-maxtext-checkpoints/rayjob-multi-slice-70b-fsdp/checkpoints"
 
 
