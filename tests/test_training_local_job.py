@@ -76,6 +76,80 @@ def test_job_succeeds_and_the_loss_goes_down(ray_head, local_job):
     assert f"[submit] {sid} SUCCEEDED after " in err and "10 steps, loss " in err
 
 
+def test_plain_output_is_the_commands_own_lines_one_per_step_and_the_log_goes_to_a_file(local_job):
+    """Not a terminal (the test captures stderr): plain lines, nothing of the workers' logs."""
+    rc, err, out = local_job
+    lines = err.splitlines()
+    assert all(line.startswith("[submit] ") for line in lines), [l for l in lines if not l.startswith("[submit] ")]
+    assert [sum(line.startswith(f"[submit] step {n}/10 ") for line in lines) for n in range(1, 11)] == [1] * 10
+    assert len(lines) <= 25, err
+    job_log = out / RUN / "job.log"
+    assert f"[submit] job log: {job_log} (--verbose streams it here too)" in lines
+    log = job_log.read_text()
+    assert log.count("completed step: 9,") == 2 and "Config param" in log  # both workers, everything
+
+
+def test_the_loss_curve_is_drawn_from_the_metrics_maxtext_wrote(ray_head, local_job):
+    from PIL import Image
+
+    from training import report
+
+    rc, err, out = local_job
+    png = out / RUN / "report.png"
+    assert f"[submit] loss curve: {png}" in err
+    image = Image.open(png).convert("RGB")
+    assert image.size == report.SIZE
+    colours = image.getcolors(maxcolors=1 << 16)
+    assert len(colours) > 3  # more than background, frame and text
+    loss_pixels = sum(count for count, rgb in colours if rgb == (30, 90, 200))
+    assert loss_pixels > 500, loss_pixels  # the loss line is drawn
+    # The values read back from MaxText's event files are the job's own losses (float32 in the file).
+    metrics = report.read_metrics(str(out / RUN / "tensorboard"))
+    progress = Progress()
+    progress.feed(JobSubmissionClient(ray_head.address).get_job_logs(submission_id_for(RUN)))
+    progress.flush()
+    losses = dict(metrics.series(report.LOSS))
+    assert sorted(losses) == list(range(10)) and metrics.restarts == []
+    assert [losses[n] for n in range(10)] == pytest.approx([progress.steps[n].loss for n in range(10)], abs=5e-4)
+    assert all(value > 0 for _, value in metrics.series(report.TOKENS))
+    # On demand, by run name: the same picture again.
+    again = out / "again.png"
+    assert report.main([RUN, "--output-dir", str(out), "-o", str(again)]) == 0
+    assert Image.open(again).tobytes() == Image.open(png).tobytes()
+
+
+def test_a_terminal_gets_a_progress_bar_and_at_most_40_lines(ray_head, tmp_path):
+    """A real terminal (a pty): the bar redraws in place; the worker logs stay in the job log."""
+    import os
+    import pty
+
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "training.submit", "--local", "--address", ray_head.address,
+         "--output-dir", str(tmp_path), "run_name=pytest-tty"],
+        cwd=REPO_ROOT, stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True,
+        env={**os.environ, "COLUMNS": "160", "LINES": "50", "TERM": "xterm-256color"},
+    )
+    os.close(terminal)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the pty closes when the command exits
+            break
+        if not chunk:
+            break
+        screen += chunk
+    os.close(controller)
+    assert proc.wait(timeout=300) == 0, screen.decode(errors="replace")[-3000:]
+    text = screen.decode(errors="replace")
+    assert text.count("\n") <= 40, text
+    assert "10/10" in text and "\x1b[" in text  # the bar, drawn with terminal control sequences
+    assert "completed step:" not in text and "Config param" not in text
+    assert "SUCCEEDED" in text and "loss curve: " in text
+    assert (tmp_path / "pytest-tty" / "job.log").read_text().count("completed step: 9,") == 2
+
+
 def test_orbax_checkpoints_where_maxtext_puts_them(local_job):
     _, _, out = local_job
     checkpoints = out / RUN / "checkpoints"
