@@ -62,6 +62,8 @@ class Drill:
     """Committed checkpoint steps of the killed group (listed 1 s after the kill)."""
     checkpoints_at_end: list[int]
     wall_s: float
+    run_dir: Path
+    """The run's directory: checkpoints, MaxText's event files, the job log and the loss curve."""
 
     @property
     def killed_group(self):
@@ -196,6 +198,7 @@ def kill_a_worker(address: str, out_dir: Path, run_name: str, steps: int, checkp
         checkpoints_at_kill=at_kill,
         checkpoints_at_end=committed_checkpoints(checkpoints),
         wall_s=time.monotonic() - started,
+        run_dir=out_dir / run_name,
     )
 
 

@@ -74,3 +74,12 @@ def test_the_submit_command_reported_the_restart(drill):
 def test_recovery_is_timed_from_the_log(drill):
     r = drill.recovery()
     assert 0 < r["group_started_s"] < r["restored_s"] < r["next_step_s"] < 300, r
+
+
+def test_the_loss_curve_marks_the_restart(drill):
+    from training import report
+
+    metrics = report.read_metrics(str(drill.run_dir / "tensorboard"))
+    assert metrics.restarts == [drill.resumed_group.restored_step + 1]  # the resumed group's first step
+    assert [step for step, _ in metrics.series(report.LOSS)] == list(range(STEPS))
+    assert (drill.run_dir / "report.png").is_file() and "[submit] loss curve: " in drill.stderr
