@@ -14,16 +14,19 @@ import pulumi_kubernetes as k8s
 from components.dcn_networks import DcnNetworks, DcnNetworksArgs
 from components.gcs_workload_identity import GcsWorkloadIdentity, GcsWorkloadIdentityArgs
 from components.gke_cluster import GkeRayCluster, GkeRayClusterArgs
+from components.maxtext_run import MaxTextRun
 from components.ray_manifests import DASHBOARD_PORT
 from core.job_spec import DATA_MOUNT
 from components.ray_tpu_cluster import RayTpuCluster, RayTpuClusterArgs
 from components.tpu_slice_node_pool import TpuSliceNodePool, TpuSliceNodePoolArgs
 from stack.config import config_keys, parse_stack_config, raw_pulumi_config
-from stack.preflight import check_planned_run
+from stack.preflight import check_declared_runs, check_planned_run
 
 cfg = parse_stack_config(raw_pulumi_config())
 # Sharding, HBM and cost of the planned training run, before any TPU is paid for.
 check_planned_run(cfg, info=pulumi.log.info, warn=pulumi.log.warn)
+# The runs this stack declares (applied as RayJobs): one that cannot shard or fit fails here.
+check_declared_runs(cfg, info=pulumi.log.info)
 shape = cfg.shape
 cidrs = cfg.dcn_cidrs_or_default
 
@@ -116,6 +119,13 @@ with config_keys(cfg):
         opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[storage, *slices]),
     )
 
+    # Each run needs the RayCluster, and the bucket binding its pods read the code and write checkpoints with.
+    runs = [
+        MaxTextRun(f"run-{run.name}", cfg.run_args(index),
+                   opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[ray, storage]))
+        for index, run in enumerate(cfg.runs)
+    ]
+
 pulumi.export("project", cfg.project)
 pulumi.export("region", cfg.region)
 pulumi.export("zone", cfg.zone_or_default)
@@ -138,3 +148,6 @@ pulumi.export("chipsPerHost", shape.chips_per_host)
 pulumi.export("chipsPerSlice", shape.chips)
 pulumi.export("spot", cfg.spot)
 pulumi.export("elasticMinSlices", cfg.elastic_min)
+pulumi.export("runs", [
+    {"name": run.spec.run_name, "submissionId": run.submission_id, "checkpointDir": run.checkpoint_dir} for run in runs
+])

@@ -22,6 +22,8 @@ _EXPORTS = {
     "GcsWorkloadIdentityArgs": "components.gcs_workload_identity",
     "RayTpuCluster": "components.ray_tpu_cluster",
     "RayTpuClusterArgs": "components.ray_tpu_cluster",
+    "MaxTextRun": "components.maxtext_run",
+    "MaxTextRunArgs": "components.maxtext_run",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -19,6 +19,8 @@ same checks.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -79,6 +81,18 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Value]:
 def submission_id_for(run_name: str, attempt: int = 1) -> str:
     """``maxtext-<run>`` for the first job of a run, ``maxtext-<run>-attempt-<N>`` after it."""
     return f"maxtext-{run_name}" if attempt == 1 else f"maxtext-{run_name}-attempt-{attempt}"
+
+
+def declared_submission_id(run_name: str, command: str, env: Mapping) -> str:
+    """The Ray job id of a run declared in the stack: ``maxtext-<run>-rayjob-<digest of what it runs>``.
+
+    KubeRay submits a RayJob's id once per cluster and ignores later spec
+    changes, so a changed run must be a new job: the digest changes with the
+    command and the runtime env, the run_name does not, and MaxText resumes the
+    run from its checkpoints.
+    """
+    text = json.dumps({"entrypoint": command, "runtime_env": env}, sort_keys=True)
+    return f"maxtext-{run_name}-rayjob-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,13 @@ RAY_TPU_CLUSTER_NAME = NameRule(
     "'<name>-headless' to 50 characters, so a longer name breaks the TPU hosts' DNS)",
 )
 
+RAY_JOB_NAME = NameRule(
+    "a RayJob name",
+    r"[a-z](?:[-a-z0-9]{0,45}[a-z0-9])?",
+    47,
+    f"a DNS-1035 label of 1-47 characters, {_LOWER_START_END} (KubeRay: 53 minus '-xxxxx')",
+)
+
 BUCKET_NAME_EXPECTED = (
     "a Cloud Storage bucket name: 3-63 lowercase letters, digits, '-' or '_', starting and ending "
     "with a letter or digit, not starting with 'goog' and not containing 'google' or a close "

@@ -1,4 +1,4 @@
-"""Hosts the five components as the Pulumi package gke-ray-tpu, for programs in any language.
+"""Hosts the six components as the Pulumi package gke-ray-tpu, for programs in any language.
 
 pulumi-language-python starts a plugin as ``<venv>/bin/python <plugin dir> <engine address>``
 with the consumer's project as working directory, so only this folder is on sys.path.
@@ -16,7 +16,14 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from pulumi.provider.experimental import component_provider_host  # noqa: E402
 
-from components import DcnNetworks, GcsWorkloadIdentity, GkeRayCluster, RayTpuCluster, TpuSliceNodePool  # noqa: E402
+from components import (  # noqa: E402
+    DcnNetworks,
+    GcsWorkloadIdentity,
+    GkeRayCluster,
+    MaxTextRun,
+    RayTpuCluster,
+    TpuSliceNodePool,
+)
 
 PACKAGE = "gke-ray-tpu"
 
@@ -29,7 +36,7 @@ def package_version() -> str:
 
 if __name__ == "__main__":
     component_provider_host(
-        components=[DcnNetworks, GkeRayCluster, TpuSliceNodePool, GcsWorkloadIdentity, RayTpuCluster],
+        components=[DcnNetworks, GkeRayCluster, TpuSliceNodePool, GcsWorkloadIdentity, RayTpuCluster, MaxTextRun],
         name=PACKAGE,
         version=package_version(),
     )

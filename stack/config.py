@@ -19,13 +19,16 @@ from __future__ import annotations
 import json
 import re
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Annotated, Any, Callable, Iterator, Mapping, Optional
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
 from components import dcn_networks, gcs_workload_identity, gke_cluster, ray_tpu_cluster, tpu_slice_node_pool
+from components.maxtext_run import MaxTextRunArgs, build_run_job
 from core import gke, naming
 from core.errors import ConfigError
+from core.job_spec import JobSpec
 from core.maxtext import check_settings
 from core.presets import get_preset
 from core.tpu_catalogue import SliceShape, slice_shape
@@ -142,6 +145,73 @@ def _planned_overrides(value: dict, key: str) -> None:
         if not isinstance(item, (str, int, float, bool)):
             raise ConfigError(f"{key}.{name}", item, "a string, number or boolean (a MaxText value)")
     check_settings(value, key=lambda name: f"{key}.{name}")
+
+
+@dataclass(frozen=True)
+class DeclaredRun:
+    """One training run declared in the stack (``gke-ray-tpu:runs``): ``pulumi up`` applies it as a RayJob."""
+
+    name: str
+    """The RayJob's name and MaxText's run_name: checkpoints go to gs://<bucket>/<name>/checkpoints."""
+    preset: str
+    overrides: dict
+    elastic: bool = False
+    min_slices: Optional[int] = None
+    active_deadline_seconds: Optional[int] = None
+
+
+_RUN_FIELDS = ("name", "preset", "overrides", "elastic", "minSlices", "activeDeadlineSeconds", "backoffLimit")
+
+
+def _runs(value: Any, info: ValidationInfo) -> tuple[DeclaredRun, ...]:
+    """``[{"name": ..., "preset": ..., "overrides": {...}, ...}, ...]``, every field checked under its key."""
+    key = config_key(info.field_name)
+    runs = _json(list, '[{"name": "baseline", "preset": "llama3-8b"}]')(value, info)
+    parsed, names = [], set()
+    for index, item in enumerate(runs):
+        at = f"{key}[{index}]"
+        if not isinstance(item, dict):
+            raise ConfigError(at, item, 'an object such as {"name": "baseline", "preset": "llama3-8b"}')
+        unknown = sorted(set(item) - set(_RUN_FIELDS))
+        if unknown:
+            raise ConfigError(f"{at}.{unknown[0]}", item[unknown[0]], f"a known field: {', '.join(_RUN_FIELDS)}")
+        name = naming.RAY_JOB_NAME.check(item.get("name"), f"{at}.name")
+        if name in names:
+            raise ConfigError(f"{at}.name", name, "a name no other run of the stack has")
+        names.add(name)
+        preset = get_preset(item.get("preset", "llama3-8b"), key=f"{at}.preset")
+        if preset.backend != "tpu":
+            raise ConfigError(f"{at}.preset", preset.name, "a TPU preset (tiny-cpu is for the local run)")
+        overrides = item.get("overrides", {})
+        if not isinstance(overrides, dict):
+            raise ConfigError(f"{at}.overrides", overrides, 'an object of MaxText keys, e.g. {"steps": 20}')
+        _planned_overrides(overrides, f"{at}.overrides")
+        if "run_name" in overrides:
+            raise ConfigError(f"{at}.overrides.run_name", overrides["run_name"], f"unset: the run's name is {at}.name")
+        elastic = item.get("elastic", False)
+        if not isinstance(elastic, bool):
+            raise ConfigError(f"{at}.elastic", elastic, "true or false")
+        for field, low in (("minSlices", 1), ("activeDeadlineSeconds", 1)):
+            number = item.get(field)
+            if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < low):
+                raise ConfigError(f"{at}.{field}", number, f"an integer >= {low}")
+        if item.get("backoffLimit", 0) != 0:
+            raise ConfigError(
+                f"{at}.backoffLimit", item["backoffLimit"],
+                "0: KubeRay refuses RayJob retries on an existing RayCluster (older releases deleted that cluster "
+                "to retry); a run restarts inside its job instead (Ray Train's max_failures, 3 when elastic or on Spot)",
+            )
+        parsed.append(
+            DeclaredRun(
+                name=name,
+                preset=preset.name,
+                overrides=overrides,
+                elastic=elastic or preset.elastic or item.get("minSlices") is not None,
+                min_slices=item.get("minSlices"),
+                active_deadline_seconds=item.get("activeDeadlineSeconds"),
+            )
+        )
+    return tuple(parsed)
 
 
 def _project_number(value: str, key: str) -> None:
@@ -284,6 +354,13 @@ class StackConfig(BaseModel):
         description="a JSON object of MaxText keys applied to the planned preset; the keys the estimates read are type- and range-checked",
     )
 
+    runs: Annotated[tuple, BeforeValidator(_runs)] = Field(
+        default=(),
+        alias="gke-ray-tpu:runs",
+        description="training runs `pulumi up` applies as KubeRay RayJobs on the stack's RayCluster: a JSON list of "
+        "`{name, preset, overrides, elastic, minSlices, activeDeadlineSeconds, backoffLimit}`; checked like the submit command's, and a run that does not fit fails preview",
+    )
+
     @model_validator(mode="after")
     def _across_keys(self) -> "StackConfig":
         shape = self.shape
@@ -322,6 +399,8 @@ class StackConfig(BaseModel):
         gcs_workload_identity.check_subject(self.namespace, self.ksa_name, config_key("ksa_name"))
         name_rule = naming.RAY_TPU_CLUSTER_NAME if shape.multi_host else naming.RAY_CLUSTER_NAME
         name_rule.check(self.ray_cluster_name, config_key("ray_cluster_name"))
+        for index, _ in enumerate(self.runs):
+            self.declared_job(index)
         return self
 
     @property
@@ -354,6 +433,46 @@ class StackConfig(BaseModel):
     @property
     def elastic_min(self) -> int:
         return self.elastic_min_slices if self.elastic_min_slices is not None else self.num_slices
+
+    def run_args(self, index: int) -> MaxTextRunArgs:
+        """The MaxTextRun of declared run ``index`` on this stack's RayCluster and slices."""
+        run = self.runs[index]
+        args = MaxTextRunArgs(
+            run_name=run.name,
+            ray_cluster_name=self.ray_cluster_name,
+            bucket_name=self.bucket_name,
+            num_slices=self.num_slices,
+            generation=self.tpu_generation,
+            topology=self.tpu_topology,
+            preset=run.preset,
+            overrides=run.overrides,
+            elastic=run.elastic,
+            min_slices=run.min_slices if run.min_slices is not None else self.elastic_min,
+            spot=self.spot,
+            namespace=self.namespace,
+        )
+        if run.active_deadline_seconds is not None:
+            args["active_deadline_seconds"] = run.active_deadline_seconds
+        return args
+
+    def declared_job(self, index: int) -> JobSpec:
+        """The job of run ``index``, as the submit command would build it for this stack (same rules)."""
+        run = self.runs[index]
+        at = f"{config_key('runs')}[{index}]"
+        args = self.run_args(index)
+        if run.elastic and not self.elastic_min <= args["min_slices"] <= self.num_slices:
+            raise ConfigError(
+                f"{at}.minSlices", args["min_slices"],
+                f"an integer between elasticMinSlices ({self.elastic_min}) and numSlices ({self.num_slices}): "
+                "the RayCluster keeps no fewer slices",
+            )
+        try:
+            return build_run_job(args)
+        except ConfigError as error:
+            # A MaxText key of the run's own overrides, else one its preset sets.
+            mine = [part for part in re.split(r"[*,]", error.key) if part in run.overrides]
+            where = f"{at}.overrides.{error.key}" if mine else f"{at} ({error.key} of preset {run.preset})"
+            raise error.renamed(where) from None
 
     @property
     def compute_class_name(self) -> Optional[str]:
@@ -442,6 +561,7 @@ def component_keys(cfg: StackConfig) -> dict[str, str]:
         "RayTpuClusterArgs.dcn_interfaces": key("dcn_cidrs"),
         "RayTpuClusterArgs.image": key("ray_image"),
         "RayTpuClusterArgs.megascale_port": key("megascale_port"),
+        **{f"MaxTextRunArgs.{field}": key("runs") for field in MaxTextRunArgs.__annotations__},
     }
 
 

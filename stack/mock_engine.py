@@ -44,6 +44,8 @@ class RegisteredResource:
     provider: str
     retain_on_delete: bool
     protect: bool
+    replace_on_changes: list[str] = field(default_factory=list)
+    delete_before_replace: bool = False
 
     @property
     def parent_type(self) -> Optional[str]:
@@ -169,6 +171,8 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
                     provider=request.provider,
                     retain_on_delete=bool(request.retainOnDelete),
                     protect=bool(request.protect),
+                    replace_on_changes=list(request.replaceOnChanges),
+                    delete_before_replace=bool(request.deleteBeforeReplace),
                 )
             )
         return response

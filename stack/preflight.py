@@ -44,13 +44,15 @@ class PreflightReport:
         return "\n".join(lines)
 
 
-def preflight(cfg: StackConfig, maxtext: Mapping[str, object], elastic: bool = False) -> PreflightReport:
+def preflight(
+    cfg: StackConfig, maxtext: Mapping[str, object], elastic: bool = False, min_slices: Optional[int] = None
+) -> PreflightReport:
     """Check a MaxText key/value config against the stack's slices.
 
     ``elastic``: the run must also map onto every smaller slice count down to
-    ``elasticMinSlices``, because Ray Train may restart it on fewer slices.
+    ``min_slices`` (default ``elasticMinSlices``), because Ray Train may restart it on fewer slices.
     """
-    low = cfg.elastic_min if elastic else cfg.num_slices
+    low = (min_slices or cfg.elastic_min) if elastic else cfg.num_slices
     report = PreflightReport(slice_counts=tuple(range(cfg.num_slices, low - 1, -1)))
     try:
         check_elastic(maxtext, cfg.shape.chips, low, cfg.num_slices, slice_name=f"{cfg.shape.pod_type} slice")
@@ -112,3 +114,29 @@ def check_planned_run(cfg: StackConfig, info: Callable[[str], None], warn: Calla
         warn(f"the default planned run ({DEFAULT_PLANNED_PRESET}) does not map onto these slices: {error}")
     info(report.format())
     return report
+
+
+def check_declared_runs(cfg: StackConfig, info: Callable[[str], None]) -> list[PreflightReport]:
+    """Each run of ``gke-ray-tpu:runs``: its sharding, HBM and cost, at preview.
+
+    These runs are applied by ``pulumi up``, so one that cannot shard or whose
+    estimate exceeds the chip's HBM fails preview; the breakdown and the cost
+    are printed for the review.
+    """
+    reports = []
+    for index, run in enumerate(cfg.runs):
+        job = cfg.declared_job(index)
+        key = f"{config_key('runs')}[{index}]"
+        report = preflight(cfg, job.maxtext, elastic=job.elastic, min_slices=job.min_slices)
+        if report.errors:
+            raise report.errors[0].renamed(key)
+        if report.hbm is not None and not report.hbm.fits:
+            raise ConfigError(
+                key, run.name,
+                f"a run that fits the chips: estimated {report.hbm.total_gib:.2f} GiB per chip, "
+                f"{report.hbm.usable_gib:.2f} GiB usable on {cfg.shape.generation.name} "
+                "(lower per_device_batch_size, bfloat16 weights, remat_policy full, more fsdp)",
+            )
+        info(f"Declared run {run.name} (preset {run.preset}):\n" + report.format())
+        reports.append(report)
+    return reports

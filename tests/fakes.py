@@ -77,7 +77,9 @@ class FakeJobsClient:
         from ray.job_submission import JobStatus
 
         self._call("list_jobs")
-        return [SimpleNamespace(submission_id=sid, status=JobStatus(s)) for sid, s in self.jobs.items()]
+        # Ray's start time orders a run's jobs: here, the order they were added.
+        return [SimpleNamespace(submission_id=sid, status=JobStatus(s), start_time=1000 * n)
+                for n, (sid, s) in enumerate(self.jobs.items(), start=1)]
 
     def get_job_status(self, sid):
         from ray.job_submission import JobStatus

@@ -96,6 +96,15 @@ def violations(run: OfflineRun) -> list[str]:
                     need(bool(LABEL_VALUE.fullmatch(value)), f"node selector value {value!r}")
                 for claim in pod.get("resourceClaims", []):
                     need(subdomain(claim["resourceClaimTemplateName"]), f"claim template {claim!r}")
+        elif kind == "kubernetes:ray.io/v1:RayJob":
+            # KubeRay: a DNS-1035 label of at most 47; with clusterSelector, no retries and the cluster's namespace.
+            need(bool(DNS_1035.fullmatch(name)) and len(name) <= 47, f"RayJob {name!r}")
+            spec = inputs["spec"]
+            clusters = {(c.inputs["metadata"]["name"], c.inputs["metadata"].get("namespace"))
+                        for c in run.of_type("kubernetes:ray.io/v1:RayCluster")}
+            target = (spec["clusterSelector"]["ray.io/cluster"], inputs["metadata"].get("namespace"))
+            need(target in clusters, f"RayJob {name!r} selects no RayCluster of the stack")
+            need(spec.get("backoffLimit", 0) == 0, f"RayJob {name!r} retries on a shared cluster")
         affinity = (inputs.get("nodeConfig") or {}).get("reservationAffinity") or {}
         for value in affinity.get("values", []):
             need(bool(GCE.fullmatch(value.rsplit("/", 1)[-1])), f"reservation {value!r}")
@@ -122,6 +131,13 @@ values = st.one_of(
                      '{"per_device_batch_size": 0}', '{"per_device_batch_size": -1}', '{"remat_policy": "nope"}',
                      '{"max_target_length": "long"}', '{"dcn_fsdp_parallelism": 2}', '{"weight_dtype": "bfloat16"}',
                      '{"a": [1]}', "[1]", "{"]),
+    st.sampled_from([
+        '[]', '[{"name": "r1"}]', '[{"name": "r1", "preset": "llama3-70b"}]', '[{"name": "r1", "elastic": true}]',
+        '[{"name": "r1", "minSlices": 2}]', '[{"name": "r1", "backoffLimit": 1}]', '[{"name": "r1"}, {"name": "r1"}]',
+        '[{"name": "r1", "overrides": {"steps": 0}}]', '[{"name": "r1", "overrides": {"ici_tensor_parallelism": 8}}]',
+        '[{"name": "r1", "preset": "tiny-cpu"}]', '[{"name": "R1"}]', '[{"name": "r1", "activeDeadlineSeconds": 60}]',
+        '[{"name": "r1", "overrides": {"weight_dtype": "bfloat16", "per_device_batch_size": 1}, "preset": "llama3-70b"}]',
+    ]),
     st.just(""),
 )
 mutations = st.dictionaries(
@@ -140,7 +156,11 @@ def mutate(base: dict[str, str], changes: dict) -> dict[str, str]:
 
 
 def assert_names_a_config_key(error: ConfigError) -> None:
-    base = error.key.split(".", 1)[0] if error.key.startswith(f"{NAMESPACE}:plannedOverrides.") else error.key
+    base = error.key
+    if base.startswith(f"{NAMESPACE}:plannedOverrides."):
+        base = base.split(".", 1)[0]
+    if base.startswith(f"{NAMESPACE}:runs["):  # runs[1].overrides.steps, runs[0] (<key> of preset <p>)
+        base = base.split("[", 1)[0]
     assert base in CONFIG_KEYS or base == f"{NAMESPACE}:typo", error
     assert str(error).startswith(f"invalid config {error.key}=") and ": expected " in str(error)
 
@@ -183,5 +203,9 @@ def test_the_oracle_catches_what_it_should(dev_run):
     cluster = next(r for r in bad.resources if r.type == "kubernetes:ray.io/v1:RayCluster")
     network.inputs = {**network.inputs, "name": "x" * 64}
     cluster.inputs = {**cluster.inputs, "metadata": {"name": "r" * 42}}
-    assert violations(bad) == [f"gcp:compute/network:Network {'x' * 64!r}", f"headless Service of {'r' * 42!r} (TPU webhook)"]
+    assert violations(bad) == [
+        f"gcp:compute/network:Network {'x' * 64!r}",
+        f"headless Service of {'r' * 42!r} (TPU webhook)",
+        "RayJob 'baseline-8b' selects no RayCluster of the stack",  # it still names the old one
+    ]
     assert not bucket("my-google-ckpt") and not bucket("ckpt.example.com") and bucket("my-ckpt_1")

@@ -178,7 +178,8 @@ def test_a_derived_firewall_name_over_63_is_refused_under_clustername():
 
 
 def test_one_single_host_slice_may_use_a_longer_raycluster_name(dev_config):
-    config = with_keys(dev_config, tpuTopology="2x2", numSlices="1", elasticMinSlices=None, rayClusterName="r" * 53)
+    config = with_keys(dev_config, tpuTopology="2x2", numSlices="1", elasticMinSlices=None, rayClusterName="r" * 53,
+                       runs=None)
     assert run_offline(config).one(RAYCLUSTER).inputs["metadata"]["name"] == "r" * 53
     assert refused(with_keys(config, rayClusterName="r" * 54)).key == "gke-ray-tpu:rayClusterName"
 

@@ -14,7 +14,8 @@ from stack.config import parse_stack_config
 
 
 def test_preview_reports_the_default_run_fits_and_its_cost(dev_run):
-    (info,) = [m for level, m in dev_run.logs if level == "info" and "HBM per chip" in m]
+    (info,) = [m for level, m in dev_run.logs
+               if level == "info" and "HBM per chip" in m and not m.startswith("Declared run")]
     assert "Sharding over 2 slice(s): OK" in info
     assert "total                              23.22 GiB" in info
     assert "verdict: fits (margin +5.58 GiB)" in info
@@ -44,7 +45,7 @@ def test_preview_fails_on_an_explicit_planned_run_that_cannot_shard(dev_config):
 
 
 def test_default_planned_run_on_another_shape_only_warns(run_stack):
-    run = run_stack(tpuTopology="8x8")  # 64 chips per slice: the 8B preset's 4 x 4 does not cover it
+    run = run_stack(tpuTopology="8x8", runs=None)  # 64 chips per slice: the 8B preset's 4 x 4 does not cover it
     warnings = [m for level, m in run.logs if level == "warning"]
     assert len(warnings) == 1 and "ici_fsdp_parallelism*ici_tensor_parallelism='4*4=16': expected a product of 64" in warnings[0]
     assert run.resources
@@ -67,7 +68,7 @@ def test_elastic_preset_must_shard_on_every_slice_count(dev_config):
 def test_preview_prints_resources_manifests_and_verdict(capsys):
     assert preview.main(["--stack", "dev"]) == 0
     out = capsys.readouterr().out
-    assert "Resources of gke-ray-tpu/dev (pulumi up would create): 16 resources in 6 components" in out
+    assert "Resources of gke-ray-tpu/dev (pulumi up would create): 18 resources in 7 components" in out
     assert "gcp:container/nodePool:NodePool  slice-1-pool  (name=v6e-16-1  location=us-east5-b  machineType=ct6e-standard-4t  nodeCount=4)" in out
     assert "[kept on destroy]" in out
     assert "kind: RayCluster" in out and "numOfHosts: 4" in out and "count: 2" in out

@@ -20,6 +20,7 @@ BUCKET_MEMBER = "gcp:storage/bucketIAMMember:BucketIAMMember"
 KSA = "kubernetes:core/v1:ServiceAccount"
 CLAIM = "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate"
 RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
+RAYJOB = "kubernetes:ray.io/v1:RayJob"
 
 
 def tpu_pools(run):
@@ -260,11 +261,17 @@ def test_stack_outputs_feed_the_submit_step(dev_run):
         "chipsPerSlice": 16,
         "spot": False,
         "elasticMinSlices": 1,
+        "runs": [{
+            "name": "baseline-8b",
+            "submissionId": dev_run.one(RAYJOB).inputs["spec"]["jobId"],
+            "checkpointDir": "gs://my-tpu-project-maxtext-checkpoints/baseline-8b/checkpoints",
+        }],
     }
 
 
 def test_every_child_is_parented_to_its_component(dev_run):
-    components = {"gke-ray-tpu:index:" + n for n in ("GkeRayCluster", "DcnNetworks", "TpuSliceNodePool", "GcsWorkloadIdentity", "RayTpuCluster")}
+    components = {"gke-ray-tpu:index:" + n for n in ("GkeRayCluster", "DcnNetworks", "TpuSliceNodePool", "GcsWorkloadIdentity",
+                                                     "RayTpuCluster", "MaxTextRun")}
     for resource in dev_run.resources:
         if resource.type in components:
             assert resource.parent_type == "pulumi:pulumi:Stack", resource.urn

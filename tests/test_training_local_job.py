@@ -256,3 +256,49 @@ def test_a_job_that_maxtext_rejects_fails_with_its_error_lines(ray_head, tmp_pat
     assert errors[0].startswith("[submit]     ValueError: 'no_such_key' not in 'emb_dim', 'mlp_dim', ")
     assert errors[-1] == "[submit]     ray.train.WorkerGroupError: Training failed due to worker errors:"
     assert JobSubmissionClient(ray_head.address).get_job_status(sid) == JobStatus.FAILED
+
+
+def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head, tmp_path):
+    """The RayJob's own entry point and runtime env (rendered for the CPU preset, the bucket mounted at
+    tmp_path), with the code archive built from the files MaxTextRun uploads: it runs to completion from
+    the archive alone, and `--follow` attaches to it by run name."""
+    import zipfile
+
+    import yaml
+
+    from components.maxtext_run import ray_job
+    from core.code_archive import archive_object, digest, package_files
+    from core.job_spec import build_job
+    from core.presets import get_preset
+
+    run = "pytest-declared"
+    spec = build_job(get_preset("tiny-cpu"), base_output_directory=str(tmp_path), run_name=run, slices=2,
+                     compilation_cache_dir=str(tmp_path / "jax-cache"))
+    files = package_files()
+    archive = tmp_path / archive_object(digest(files))
+    archive.parent.mkdir(parents=True)
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for name, path in files.items():
+            zipped.write(path, name)
+    manifest = ray_job(spec, run, "default", "local", digest(files), mount=str(tmp_path))
+    env = yaml.safe_load(manifest["spec"]["runtimeEnvYAML"])
+    assert env["env_vars"]["PYTHONPATH"] == str(archive) and "py_modules" not in env
+    client = JobSubmissionClient(ray_head.address)
+    sid = client.submit_job(entrypoint=manifest["spec"]["entrypoint"], runtime_env=env,
+                            submission_id=manifest["spec"]["jobId"])
+
+    rc, err = _submit("--local", "--address", ray_head.address, "--output-dir", str(tmp_path), "--follow", run)
+    assert rc == 0, err
+    assert f"[submit] {sid} is " in err and "[submit] step 10/10  loss " in err
+    assert f"[submit] {sid} SUCCEEDED after " in err and f"loss curve: {tmp_path / run / 'report.png'}" in err
+    assert client.get_job_status(sid) == JobStatus.SUCCEEDED
+    assert sorted(int(p.name) for p in (tmp_path / run / "checkpoints").iterdir()) == [0, 5, 9]
+
+    # The control: the same job without the archive on PYTHONPATH finds no code on the cluster.
+    del env["env_vars"]["PYTHONPATH"]
+    control = client.submit_job(entrypoint=manifest["spec"]["entrypoint"], runtime_env=env)
+    deadline = time.monotonic() + 120
+    while client.get_job_status(control) not in (JobStatus.SUCCEEDED, JobStatus.FAILED) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert client.get_job_status(control) == JobStatus.FAILED
+    assert "No module named 'training'" in client.get_job_logs(control)

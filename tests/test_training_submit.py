@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from core.errors import ConfigError
-from core.job_spec import JobSpec
+from core.job_spec import JobSpec, submission_id_for
 from training import submit
 from training.driver import jobs_client as jobs
 from training.driver import port_forward, request, retry, stack_outputs
@@ -313,9 +313,24 @@ def test_a_dropped_log_stream_is_reconnected_without_repeating_the_log(capsys, t
     ],
 )
 def test_what_running_the_same_run_again_does(existing, action, sid, why):
-    nxt = jobs.decide("r", existing)
+    run_jobs = [jobs.RunJob(submission_id_for("r", a), status, started=a, attempt=a) for a, status in existing.items()]
+    nxt = jobs.decide("r", run_jobs)
     assert (nxt.action, nxt.submission_id) == (action, sid)
     assert why is None or nxt.why.startswith(why)
+
+
+def test_a_declared_runs_jobs_are_jobs_of_the_run_ordered_by_start():
+    declared = jobs.RunJob("maxtext-r-rayjob-0a1b2c3d", "FAILED", started=200)
+    cli = jobs.RunJob("maxtext-r", "SUCCEEDED", started=100, attempt=1)
+    assert jobs.is_job_of("r", declared.submission_id) and not jobs.is_job_of("r2", declared.submission_id)
+    # The newest job failed: the next attempt of the submit command resumes the run.
+    assert jobs.decide("r", [cli, declared]).submission_id == "maxtext-r-attempt-2"
+    assert jobs.latest("r", [cli, declared]) == jobs.Next("report", declared.submission_id, 0,
+                                                           "maxtext-r-rayjob-0a1b2c3d is FAILED")
+    running = jobs.RunJob("maxtext-r-rayjob-99", "RUNNING", started=50)
+    assert jobs.latest("r", [cli, declared, running]).action == "follow"
+    with pytest.raises(ConfigError, match="--follow='r': expected a run with a job on this Ray cluster"):
+        jobs.latest("r", [])
 
 
 def test_attempt_ids_belong_to_one_run():

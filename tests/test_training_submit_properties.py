@@ -117,6 +117,8 @@ def broken_rules(case: Case, dev_outputs: dict) -> set[str]:
         broken.add("run_name")
     if case.max_failures is not None and case.max_failures < -1:
         broken.add("--max-failures")
+    if keys.get("ici_fsdp_parallelism") == "abc":
+        broken.add("mesh")  # a value no mesh axis takes, whatever the slices
     elastic = preset == "llama3-8b-elastic" or case.elastic or case.min_slices is not None
     slices = (2 if local else num_slices) if case.slices is None else case.slices
     low = (min_default if case.min_slices is None else case.min_slices) if elastic else slices
@@ -124,9 +126,7 @@ def broken_rules(case: Case, dev_outputs: dict) -> set[str]:
         broken.add("slices")
         return broken
     counts = range(low, slices + 1)
-    mesh_ok = True
-    if keys.get("ici_fsdp_parallelism") == "abc":
-        mesh_ok = False
+    mesh_ok = keys.get("ici_fsdp_parallelism") != "abc"
     if local:
         # All CPU workers are one slice: ICI spans them (fsdp fills in), DCN is 1.
         if "ici_tensor_parallelism" in keys and any(n % 2 for n in counts):

@@ -12,7 +12,7 @@ job is built (:mod:`core.job_spec`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
+from importlib import resources
 from typing import Literal, Mapping
 
 import yaml
@@ -22,7 +22,8 @@ from core.maxtext import Value, check_settings
 
 Backend = Literal["tpu", "cpu"]
 BACKENDS = ("tpu", "cpu")
-PRESET_DIR = Path(__file__).resolve().parent
+PRESET_DIR = resources.files(__name__)
+"""The YAML files, read through importlib so presets load from a zip as well (a declared run's code archive)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def _load(name: str, seen: tuple[str, ...] = ()) -> Preset:
 
 
 def _names() -> list[str]:
-    return sorted(p.stem for p in PRESET_DIR.glob("*.yml"))
+    return sorted(p.name.removesuffix(".yml") for p in PRESET_DIR.iterdir() if p.name.endswith(".yml"))
 
 
 PRESETS: dict[str, Preset] = {name: _load(name) for name in _names()}

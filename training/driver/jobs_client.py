@@ -9,6 +9,10 @@ the same command again finds the run's jobs instead of starting a second one:
   (``maxtext-<run>-attempt-<N>``) with the same run_name, so MaxText resumes
   from the run's latest checkpoint.
 
+A run declared in the stack is submitted by KubeRay as
+``maxtext-<run>-rayjob-<digest>`` (``core.job_spec.declared_submission_id``);
+those are jobs of the run too, ordered with the others by Ray's start time.
+
 Each call is retried on transient errors (``training.retry``) and fails as one
 ``ClusterError`` line, never a traceback.
 """
@@ -19,7 +23,7 @@ import asyncio
 import re
 import time
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Callable, Literal, Optional, Sequence
 
 from training.driver import retry
 from core.errors import ConfigError
@@ -30,9 +34,28 @@ TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 
 def attempt_of(run_name: str, submission_id: str | None) -> int | None:
-    """The attempt number of a job of ``run_name``, or None for another run's job."""
+    """The attempt number of a job the submit command submitted for ``run_name``, or None."""
     m = re.fullmatch(rf"maxtext-{re.escape(run_name)}(?:-attempt-([0-9]+))?", submission_id or "")
     return (int(m.group(1)) if m.group(1) else 1) if m else None
+
+
+def is_job_of(run_name: str, submission_id: str | None) -> bool:
+    """A job of ``run_name``: submitted by the submit command, or by KubeRay for the run declared in the stack."""
+    return attempt_of(run_name, submission_id) is not None or bool(
+        re.fullmatch(rf"maxtext-{re.escape(run_name)}-rayjob-[0-9a-f]+", submission_id or "")
+    )
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """One job of a run on the cluster."""
+
+    submission_id: str
+    status: str
+    started: float = 0.0
+    """Ray's start time (ms since the epoch): orders the run's jobs."""
+    attempt: Optional[int] = None
+    """The submit command's attempt number; None for a declared run's job."""
 
 
 @dataclass(frozen=True)
@@ -46,37 +69,42 @@ class Next:
     """The line the command prints about it (empty for a run's first submission)."""
 
 
-def decide(run_name: str, jobs: dict[int, str]) -> Next:
-    """``jobs``: attempt -> status of the run's jobs on the cluster."""
-    active = sorted(a for a, status in jobs.items() if status not in TERMINAL)
+def _newest(jobs: Sequence[RunJob]) -> RunJob:
+    return max(jobs, key=lambda job: (job.started, job.attempt or 0))
+
+
+def decide(run_name: str, jobs: Sequence[RunJob]) -> Next:
+    """Submit, follow or report: ``jobs`` are the run's jobs on the cluster."""
+    active = [job for job in jobs if job.status not in TERMINAL]
     if active:
-        sid = submission_id_for(run_name, active[-1])
-        return Next("follow", sid, active[-1],
-                    f"{sid} is {jobs[active[-1]]}; following it instead of submitting a second job of this run")
+        job = _newest(active)
+        return Next("follow", job.submission_id, job.attempt or 0,
+                    f"{job.submission_id} is {job.status}; following it instead of submitting a second job of this run")
     if not jobs:
         return Next("submit", submission_id_for(run_name), 1, "")
-    last = max(jobs)
-    sid = submission_id_for(run_name, last)
-    if jobs[last] == "SUCCEEDED":
-        return Next("report", sid, last, f"{sid} already SUCCEEDED; nothing to submit (a new run needs a new run_name)")
-    new = submission_id_for(run_name, last + 1)
-    return Next("submit", new, last + 1,
-                f"{sid} {jobs[last]}; submitting attempt {last + 1} as {new} "
+    last = _newest(jobs)
+    if last.status == "SUCCEEDED":
+        return Next("report", last.submission_id, last.attempt or 0,
+                    f"{last.submission_id} already SUCCEEDED; nothing to submit (a new run needs a new run_name)")
+    attempt = max(job.attempt or 1 for job in jobs) + 1
+    new = submission_id_for(run_name, attempt)
+    return Next("submit", new, attempt,
+                f"{last.submission_id} {last.status}; submitting attempt {attempt} as {new} "
                 "(same run_name: MaxText resumes from the run's latest checkpoint)")
 
 
-def latest(run_name: str, jobs: dict[int, str]) -> Next:
-    """``--follow``: the run's newest job, whatever its status; nothing is ever submitted."""
+def latest(run_name: str, jobs: Sequence[RunJob]) -> Next:
+    """``--follow``: the run's newest job (a running one first), whatever its status; nothing is ever submitted."""
     if not jobs:
         raise ConfigError(
             "--follow", run_name,
             "a run with a job on this Ray cluster (a run declared in the stack starts at `pulumi up`: "
             "`kubectl get rayjobs` shows it)",
         )
-    active = sorted(a for a, status in jobs.items() if status not in TERMINAL)
-    attempt = active[-1] if active else max(jobs)
-    sid = submission_id_for(run_name, attempt)
-    return Next("follow" if active else "report", sid, attempt, f"{sid} is {jobs[attempt]}")
+    active = [job for job in jobs if job.status not in TERMINAL]
+    job = _newest(active or jobs)
+    return Next("follow" if active else "report", job.submission_id, job.attempt or 0,
+                f"{job.submission_id} is {job.status}")
 
 
 class JobsApi:
@@ -123,15 +151,19 @@ class JobsApi:
                 raise
         return self._call(f"reading the status of {sid}", get)
 
-    def run_jobs(self, run_name: str) -> dict[int, str]:
-        """attempt -> status of every job of ``run_name`` on the cluster."""
+    def run_jobs(self, run_name: str) -> list[RunJob]:
+        """Every job of ``run_name`` on the cluster."""
         jobs = self._call("listing the cluster's jobs", self.client.list_jobs)
-        found = {}
-        for job in jobs:
-            attempt = attempt_of(run_name, job.submission_id)
-            if attempt is not None:
-                found[attempt] = str(getattr(job.status, "value", job.status))
-        return found
+        return [
+            RunJob(
+                submission_id=job.submission_id,
+                status=str(getattr(job.status, "value", job.status)),
+                started=float(getattr(job, "start_time", None) or 0),
+                attempt=attempt_of(run_name, job.submission_id),
+            )
+            for job in jobs
+            if is_job_of(run_name, job.submission_id)
+        ]
 
     def submit(self, sid: str, entrypoint: str, runtime_env: dict, metadata: dict) -> bool:
         """Submit the job; False if a job with that id exists already (a concurrent or retried submit)."""

@@ -91,8 +91,9 @@ class LocalRayHead:
         )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
+            # Started outside the caller's directory, so a job finds only the code its runtime env ships.
             self._proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=self._temp_dir
             )
         self.address = f"http://127.0.0.1:{ports['--dashboard-port']}"
         self.gcs_address = f"127.0.0.1:{ports['--port']}"
@@ -192,7 +193,8 @@ class LocalRayNode:
         ]
         env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                         cwd=self.head._temp_dir)
         while (self._alive_nodes() or 0) <= (before or 1):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise ClusterError(f"the local Ray node did not join {self.head.gcs_address} (log: {self.log_path})")

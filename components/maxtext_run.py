@@ -1,0 +1,189 @@
+"""MaxTextRun: a training run declared as code, a KubeRay RayJob on an existing RayCluster.
+
+The job is the one ``python -m training.submit`` builds (``core.job_spec``:
+the same preset, overrides, defaults, entry point and runtime env), submitted
+by the KubeRay operator instead of a person:
+
+* ``clusterSelector`` targets the stack's RayCluster, which the RayJob neither
+  owns nor deletes (``shutdownAfterJobFinishes`` stays false).
+* ``submissionMode: HTTPMode``: the operator posts the job to the head's Jobs
+  API itself. The default, K8sJobMode, would start a submitter pod that pulls
+  the Ray TPU image (tens of GB, and pulled on every start for a moving tag)
+  only to run ``ray job submit``.
+* The code: the operator has no files of its own, so this component uploads
+  ``core/`` and ``training/`` as one zip into the checkpoint bucket, named by
+  its content digest; every Ray pod mounts the bucket at ``/data`` and the
+  job's runtime env puts the zip on ``PYTHONPATH``.
+* ``jobId``: ``maxtext-<run>-rayjob-<digest>``. KubeRay submits an id once and
+  ignores later spec changes, so any change of the command or the code is a new
+  Ray job of the same run (Pulumi replaces the RayJob), which resumes from the
+  run's checkpoints.
+* ``backoffLimit`` is always 0: with ``clusterSelector`` KubeRay rejects more
+  (and older releases deleted the selected RayCluster on a retry). Restarts
+  happen inside the job, by Ray Train (``max_failures``).
+* Deleting the RayJob (removing the run, ``pulumi destroy``) stops its Ray job:
+  KubeRay's finalizer asks the cluster to stop it. The checkpoints stay in the
+  bucket.
+"""
+
+from typing import Any, Mapping, NotRequired, Optional, TypedDict
+
+import pulumi
+import pulumi_gcp as gcp
+import pulumi_kubernetes as k8s
+import yaml
+
+from components._options import child_options
+from components.gcs_workload_identity import DEFAULT_NAMESPACE
+from core import code_archive
+from core.errors import ConfigError
+from core.job_spec import DATA_MOUNT, JobSpec, build_job, declared_submission_id, entrypoint, runtime_env
+from core.naming import DNS_LABEL, RAY_CLUSTER_NAME, RAY_JOB_NAME
+from core.presets import get_preset
+
+SUBMISSION_MODE = "HTTPMode"
+
+
+class MaxTextRunArgs(TypedDict):
+    """Inputs of MaxTextRun."""
+
+    run_name: str
+    """The run: the RayJob's name and MaxText's run_name (checkpoints under gs://<bucket>/<run_name>/checkpoints). A DNS-1035 label of at most 47 characters."""
+    ray_cluster_name: str
+    """The RayCluster (RayTpuCluster's) the job runs on, in the same namespace."""
+    bucket_name: pulumi.Input[str]
+    """The checkpoint bucket the RayCluster mounts at /data: the code archive goes there too."""
+    num_slices: int
+    """Slices of the RayCluster (its TPU worker group's replicas)."""
+    generation: str
+    """TPU generation of the slices, e.g. v6e."""
+    topology: str
+    """Slice topology, e.g. 4x4."""
+    preset: NotRequired[str]
+    """A TPU training preset of core/presets. Default: llama3-8b."""
+    overrides: NotRequired[Mapping[str, Any]]
+    """MaxText keys over the preset's, as typed values (e.g. {"steps": 20})."""
+    elastic: NotRequired[bool]
+    """Train on min_slices..num_slices slices, restarting on fewer after a lost slice. Default: the preset's."""
+    min_slices: NotRequired[int]
+    """Fewest slices of an elastic run. Default: 1."""
+    spot: NotRequired[bool]
+    """The slices are Spot VMs: a static run then restarts up to 3 times. Default: false."""
+    namespace: NotRequired[str]
+    """Namespace of the RayCluster and the RayJob. Default: default."""
+    active_deadline_seconds: NotRequired[int]
+    """Seconds after which KubeRay marks the RayJob failed (DeadlineExceeded). Unset: no deadline."""
+
+
+def build_run_job(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> JobSpec:
+    """The run's job, with every rule the submit command applies (raises ConfigError)."""
+    RAY_JOB_NAME.check(args["run_name"], f"{prefix}run_name")
+    RAY_CLUSTER_NAME.check(args["ray_cluster_name"], f"{prefix}ray_cluster_name")
+    DNS_LABEL.check(args.get("namespace", DEFAULT_NAMESPACE), f"{prefix}namespace")
+    preset = get_preset(args.get("preset", "llama3-8b"), key=f"{prefix}preset")
+    if preset.backend != "tpu":
+        raise ConfigError(f"{prefix}preset", preset.name, "a TPU preset")
+    deadline = args.get("active_deadline_seconds")
+    if deadline is not None and (isinstance(deadline, bool) or int(deadline) != deadline or deadline < 1):
+        raise ConfigError(f"{prefix}active_deadline_seconds", deadline, "an integer >= 1")
+    return build_job(
+        preset,
+        base_output_directory=DATA_MOUNT + "/",
+        run_name=args["run_name"],
+        slices=int(args["num_slices"]),
+        overrides=dict(args.get("overrides") or {}),
+        elastic=bool(args.get("elastic", False)),
+        min_slices=int(args["min_slices"]) if args.get("min_slices") is not None else None,
+        generation=args["generation"],
+        topology=args["topology"],
+        spot=bool(args.get("spot", False)),
+        compilation_cache_dir=f"{DATA_MOUNT}/jax-cache",
+    )
+
+
+def ray_job(
+    spec: JobSpec, name: str, namespace: str, ray_cluster_name: str, code_digest: str,
+    active_deadline_seconds: Optional[int] = None, mount: str = DATA_MOUNT,
+) -> dict:
+    """The RayJob manifest of a job (pure): what KubeRay submits to the RayCluster.
+
+    ``mount``: where the Ray pods see the bucket that holds the code archive.
+    """
+    env = runtime_env(pythonpath=code_archive.archive_path(code_digest, mount))
+    command = entrypoint(spec)
+    manifest: dict = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "entrypoint": command,
+            "runtimeEnvYAML": yaml.safe_dump(env, sort_keys=True),
+            "jobId": declared_submission_id(spec.run_name, command, env),
+            "clusterSelector": {"ray.io/cluster": ray_cluster_name},
+            "submissionMode": SUBMISSION_MODE,
+            "backoffLimit": 0,
+            "shutdownAfterJobFinishes": False,
+        },
+    }
+    if active_deadline_seconds is not None:
+        manifest["spec"]["activeDeadlineSeconds"] = int(active_deadline_seconds)
+    return manifest
+
+
+class MaxTextRun(pulumi.ComponentResource):
+    """A MaxText training run on a RayCluster, applied by pulumi up and stopped by removing it.
+
+    Needs a Kubernetes provider for the cluster (opts providers) and should
+    depend on the RayCluster and the bucket's Workload Identity binding (the
+    pods read the code and write checkpoints as that identity).
+    """
+
+    ray_job_name: pulumi.Output[str]
+    """The RayJob's name."""
+    submission_id: pulumi.Output[str]
+    """The Ray job id KubeRay submits (python -m training.submit --follow <run_name> finds it)."""
+    checkpoint_dir: pulumi.Output[str]
+    """Where MaxText writes the run's checkpoints."""
+    code_object: pulumi.Output[str]
+    """The code archive's object in the bucket."""
+
+    def __init__(self, name: str, args: MaxTextRunArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        spec = build_run_job(args)
+        files = code_archive.package_files()
+        digest = code_archive.digest(files)
+        super().__init__("gke-ray-tpu:index:MaxTextRun", name, None, opts)
+        namespace = args.get("namespace", DEFAULT_NAMESPACE)
+        self.spec = spec
+
+        self.code = gcp.storage.BucketObject(
+            f"{name}-code",
+            bucket=args["bucket_name"],
+            name=code_archive.archive_object(digest),
+            source=pulumi.AssetArchive({arcname: pulumi.FileAsset(str(path)) for arcname, path in files.items()}),
+            content_type="application/zip",
+            opts=child_options(self, opts),
+        )
+        manifest = ray_job(spec, args["run_name"], namespace, args["ray_cluster_name"], digest,
+                           args.get("active_deadline_seconds"))
+        self.ray_job = k8s.apiextensions.CustomResource(
+            f"{name}-rayjob",
+            api_version=manifest["apiVersion"],
+            kind=manifest["kind"],
+            metadata=manifest["metadata"],
+            spec=manifest["spec"],
+            # KubeRay ignores spec changes once it submitted: a changed run is a new RayJob (same name).
+            opts=child_options(self, opts, depends_on=[self.code], replace_on_changes=["spec"], delete_before_replace=True),
+        )
+        # Tied to the resource, so a consumer of the name waits for the RayJob to exist.
+        self.ray_job_name = self.ray_job.urn.apply(lambda _: args["run_name"])
+        self.submission_id = pulumi.Output.from_input(manifest["spec"]["jobId"])
+        self.checkpoint_dir = pulumi.Output.concat("gs://", args["bucket_name"], f"/{spec.run_name}/checkpoints")
+        self.code_object = self.code.name
+        self.register_outputs(
+            {
+                "rayJobName": self.ray_job_name,
+                "submissionId": self.submission_id,
+                "checkpointDir": self.checkpoint_dir,
+                "codeObject": self.code_object,
+            }
+        )
