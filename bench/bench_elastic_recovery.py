@@ -12,24 +12,23 @@ the ratio is what to compare across machines.
 
     .venv/bin/python bench/bench_elastic_recovery.py [--steps 16] [--checkpoint-period 4] [--rank 0] [--lose node]
 
-Measured on the 2-core, 24 GiB dev machine (CPU only), rank 0 killed, 4 runs:
-recovery (kill -> next completed step) 43.8, 45.1, 47.8, 50.8 s, of which
-~15 s until the new group's first log line (Ray Train notices the dead actor,
-tears the group down, starts 2 new workers), ~+17 s more until MaxText restored
-checkpoint 4 (imports, config, mesh, Orbax), ~+16 s more until the step
-(compile); steps lost 1-3 with checkpoint_period 4; median step 0.15-0.31 s,
-so recovery is ~160-310 step times; whole run 121-138 s. The restart came back
-at 2 workers: on one node Ray Train's elastic policy counts the node's
-resources, which the dead worker gave back.
+It also prints rank 0's phases in the first worker group and in the restarted
+one: starting (imports, config, mesh, checkpoint lookup or restore), trace +
+compile (up to MaxText's compiled-memory line) and JAX's own XLA compilation time
+(``JAX_LOG_COMPILES=1`` in the head's environment, which the workers inherit), and
+each restart/first ratio: the compilation cache's effect, measured side by side.
 
-``--lose node``, 2 runs: recovery 90.2 and 109.1 s, steps lost 4 and 2 (the
-worker on the killed node outlived its raylet by 2-4 steps, and one of those
-runs committed checkpoint 8 meanwhile), the new group 1 worker, all 16 steps.
-Most of it is Ray Train v2 restarting before the node is marked dead: it still
-counts 2 workers, the 2-worker start times out after 60 s
-(WorkerGroupStartupTimeoutError, RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S), and
-the next attempt starts 1 worker, which restores the checkpoint the 2 workers
-wrote (Orbax reshards it onto 1 process).
+Measured on the 2-core, 24 GiB dev machine (CPU only), rank 0 killed, 2 runs:
+recovery (kill -> next step) 11.9 and 13.3 s (before the compilation cache and
+the paced model: 44-51 s); XLA compilation 8.9 -> 0.35 s and 8.7 -> 0.32 s
+(ratio 0.039, 0.036); trace + compile 8.5 -> 1.3 s (0.16); 1 step lost with
+checkpoint_period 4; median step 0.33 s.
+
+``--lose node``, 1 run: recovery 39.1 s (before: 90-109 s, most of it the 2-worker
+start timing out after Ray Train's default 60 s while the dead node still
+counted; the job now sets RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S=20), 3 steps
+lost, the new group 1 worker, restoring the checkpoint the 2 workers wrote (Orbax
+reshards it); its compile hits the cache only partly (another device count).
 """
 
 from __future__ import annotations

@@ -225,10 +225,10 @@ class StackConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     project: Annotated[Text, _name(naming.PROJECT_ID)] = Field(
-        alias="gcp:project", description="the project everything is created in (required)"
+        alias="gcp:project", description="the project everything is created in"
     )
     region: Annotated[Text, _name(naming.REGION)] = Field(
-        alias="gcp:region", description="the region of the subnets, the bucket and an Autopilot cluster (required)"
+        alias="gcp:region", description="the region of the subnets, the bucket and an Autopilot cluster"
     )
     zone: Annotated[Optional[Text], _name(naming.ZONE)] = Field(
         None, alias="gcp:zone", description="the zone of the slices and of a Standard cluster; unset: `<region>-b`"
@@ -310,7 +310,7 @@ class StackConfig(BaseModel):
     )
     bucket_name: Annotated[Text, _rule(naming.check_bucket_name)] = Field(
         alias="gke-ray-tpu:bucketName",
-        description="required; Google's bucket naming rules (3-63 characters, no `goog` prefix, no `google`, no dots)",
+        description="Google's bucket naming rules (3-63 characters, no `goog` prefix, no `google`, no dots)",
     )
     bucket_deletion: Annotated[str, BeforeValidator(_choice(*gcs_workload_identity.BUCKET_DELETION_POLICIES))] = Field(
         gcs_workload_identity.DEFAULT_BUCKET_DELETION,
@@ -524,8 +524,10 @@ def config_table() -> str:
             default = f"`{json.dumps(field.default_factory())}`"
         elif field.default is None:
             default = "unset"
+        elif isinstance(field.default, (bool, tuple)):
+            default = f"`{json.dumps(field.default)}`"
         else:
-            default = f"`{json.dumps(field.default) if isinstance(field.default, bool) else field.default}`"
+            default = f"`{field.default}`"
         rows.append(f"| `{key}` | {default} | {field.description} |")
     return "\n".join(rows)
 
