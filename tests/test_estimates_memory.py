@@ -1,4 +1,4 @@
-"""HBM planner: tutorial verdicts with hand-derived numbers, and bad input.
+"""HBM estimate: tutorial verdicts with hand-derived numbers, and bad input.
 
 Tutorial runs (Google, "Multislice and elastic training on TPUs using Ray
 Train on GKE"): 2 slices of v6e 4x4 (32 chips, 32 GiB HBM each),
@@ -202,7 +202,7 @@ def test_unknown_model():
 
 
 def test_unknown_generation():
-    """Generations are resolved by the catalogue before the planner sees a SliceShape."""
+    """Generations are resolved by the catalogue before the estimate sees a SliceShape."""
     with pytest.raises(ConfigError) as e:
         slice_shape("v9z", "4x4")
     assert e.value.key.endswith("eneration") and "v6e" in e.value.expected

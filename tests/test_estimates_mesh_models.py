@@ -64,7 +64,7 @@ def test_maxtext_defaults_fill_fsdp_and_dcn_data():
 def test_ici_product_must_match_chips():
     with pytest.raises(ConfigError) as e:
         resolve_mesh({"ici_fsdp_parallelism": 4, "ici_tensor_parallelism": 8}, 16, 2)
-    # The trainer's own check (training.parallelism) names the keys and shows the numbers.
+    # The sharding check (core.parallelism) names the keys and shows the numbers.
     assert e.value.key == "ici_fsdp_parallelism*ici_tensor_parallelism"
     assert e.value.value == "4*8=32"
 

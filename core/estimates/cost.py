@@ -1,7 +1,7 @@
 """Cost of the TPU slices per hour and for a planned run (an ESTIMATE).
 
 ``cost per hour = chips per slice x slices x price per chip-hour`` (prices in
-``components.planning.prices``, with their source and date). The run cost is
+``core.estimates.prices``, with their source and date). The run cost is
 ``steps x estimated step time`` at that rate: compute time only - no
 provisioning, image pull, XLA compilation, checkpoint writes or idle time,
 and no GKE cluster fee, CPU head node, disks or networking.
