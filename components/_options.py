@@ -1,4 +1,4 @@
-"""Resource options shared by the components."""
+"""Resource options and resources shared by the components."""
 
 from __future__ import annotations
 
@@ -17,3 +17,17 @@ def child_options(parent: pulumi.Resource, opts: Optional[pulumi.ResourceOptions
     inherited = list((opts.depends_on if opts else None) or [])
     own = list(extra.pop("depends_on", None) or [])
     return pulumi.ResourceOptions(parent=parent, depends_on=inherited + own or None, **extra)
+
+
+def custom_resource(name: str, manifest: dict, opts: pulumi.ResourceOptions) -> "k8s.apiextensions.CustomResource":
+    """A Kubernetes custom resource from its manifest (a plain dict with apiVersion, kind, metadata, spec)."""
+    import pulumi_kubernetes as k8s
+
+    return k8s.apiextensions.CustomResource(
+        name,
+        api_version=manifest["apiVersion"],
+        kind=manifest["kind"],
+        metadata=manifest["metadata"],
+        spec=manifest["spec"],
+        opts=opts,
+    )

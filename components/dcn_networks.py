@@ -6,6 +6,7 @@ from typing import NotRequired, Optional, Sequence, TypedDict
 import pulumi
 import pulumi_gcp as gcp
 
+from components._args import integer
 from components._options import child_options
 from core.errors import ConfigError
 from core.naming import COMPUTE_NAME
@@ -77,12 +78,6 @@ def check_cidrs(cidrs: object, key: str = "DcnNetworksArgs.cidrs") -> tuple[str,
     return tuple(str(n) for n in networks)
 
 
-def check_mtu(mtu: object, key: str = "DcnNetworksArgs.mtu") -> int:
-    if isinstance(mtu, bool) or not isinstance(mtu, (int, float)) or mtu != int(mtu) or not 1300 <= mtu <= JUMBO_MTU:
-        raise ConfigError(key, mtu, f"an MTU between 1300 and {JUMBO_MTU}")
-    return int(mtu)
-
-
 class DcnNetworks(pulumi.ComponentResource):
     """Custom-mode VPCs with jumbo MTU, one regional subnet each, and an ingress rule each.
 
@@ -100,7 +95,7 @@ class DcnNetworks(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: DcnNetworksArgs, opts: Optional[pulumi.ResourceOptions] = None):
         cidrs = check_cidrs(list(args.get("cidrs", DEFAULT_CIDRS)))
-        mtu = check_mtu(args.get("mtu", JUMBO_MTU))
+        mtu = integer(args.get("mtu", JUMBO_MTU), 1300, JUMBO_MTU, "DcnNetworksArgs.mtu")
         prefix = args["name_prefix"]
         check_name_prefix(prefix, len(cidrs))
         super().__init__("gke-ray-tpu:index:DcnNetworks", name, None, opts)

@@ -6,6 +6,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
+from components._args import integer
 from components._options import child_options
 from core.errors import ConfigError
 from core.gke import (
@@ -74,9 +75,7 @@ def check_args(args: GkeRayClusterArgs, prefix: str = "GkeRayClusterArgs.") -> N
     version = parse_version(args.get("version", DEFAULT_VERSION), f"{prefix}version")
     if args.get("dranet", True) and not args.get("existing", False):
         check_dranet_floor(mode, version, f"{prefix}version")
-    count = args.get("cpu_node_count", DEFAULT_CPU_NODE_COUNT)
-    if isinstance(count, bool) or not isinstance(count, (int, float)) or count != int(count) or not 1 <= count <= 1000:
-        raise ConfigError(f"{prefix}cpu_node_count", count, "an integer between 1 and 1000")
+    integer(args.get("cpu_node_count", DEFAULT_CPU_NODE_COUNT), 1, 1000, f"{prefix}cpu_node_count")
 
 
 def resolve_version(args: GkeRayClusterArgs, key: str = "GkeRayClusterArgs.version") -> str:

@@ -30,10 +30,10 @@ from typing import Any, Mapping, NotRequired, Optional, TypedDict
 
 import pulumi
 import pulumi_gcp as gcp
-import pulumi_kubernetes as k8s
 import yaml
 
-from components._options import child_options
+from components._args import integer
+from components._options import child_options, custom_resource
 from components.gcs_workload_identity import DEFAULT_NAMESPACE
 from core import code_archive
 from core.errors import ConfigError
@@ -83,9 +83,8 @@ def build_run_job(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> JobS
     preset = get_preset(args.get("preset", "llama3-8b"), key=f"{prefix}preset")
     if preset.backend != "tpu":
         raise ConfigError(f"{prefix}preset", preset.name, "a TPU preset")
-    deadline = args.get("active_deadline_seconds")
-    if deadline is not None and (isinstance(deadline, bool) or int(deadline) != deadline or deadline < 1):
-        raise ConfigError(f"{prefix}active_deadline_seconds", deadline, "an integer >= 1")
+    if args.get("active_deadline_seconds") is not None:
+        integer(args["active_deadline_seconds"], 1, None, f"{prefix}active_deadline_seconds")
     return build_job(
         preset,
         base_output_directory=DATA_MOUNT + "/",
@@ -165,14 +164,11 @@ class MaxTextRun(pulumi.ComponentResource):
         )
         manifest = ray_job(spec, args["run_name"], namespace, args["ray_cluster_name"], digest,
                            args.get("active_deadline_seconds"))
-        self.ray_job = k8s.apiextensions.CustomResource(
+        self.ray_job = custom_resource(
             f"{name}-rayjob",
-            api_version=manifest["apiVersion"],
-            kind=manifest["kind"],
-            metadata=manifest["metadata"],
-            spec=manifest["spec"],
+            manifest,
             # KubeRay ignores spec changes once it submitted: a changed run is a new RayJob (same name).
-            opts=child_options(self, opts, depends_on=[self.code], replace_on_changes=["spec"], delete_before_replace=True),
+            child_options(self, opts, depends_on=[self.code], replace_on_changes=["spec"], delete_before_replace=True),
         )
         # Tied to the resource, so a consumer of the name waits for the RayJob to exist.
         self.ray_job_name = self.ray_job.urn.apply(lambda _: args["run_name"])

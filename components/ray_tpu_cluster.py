@@ -5,7 +5,8 @@ from typing import NotRequired, Optional, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components._options import child_options
+from components._args import integer
+from components._options import child_options, custom_resource
 from components.gcs_workload_identity import DEFAULT_KSA_NAME, DEFAULT_NAMESPACE
 from components.ray_manifests import (
     DASHBOARD_PORT,
@@ -14,7 +15,6 @@ from components.ray_manifests import (
     ray_cluster,
     resource_claim_template,
 )
-from core.errors import ConfigError
 from core.naming import DNS_LABEL, DNS_SUBDOMAIN, RAY_CLUSTER_NAME, RAY_TPU_CLUSTER_NAME
 from core.tpu_catalogue import slice_shape
 
@@ -63,10 +63,10 @@ def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") 
     )
     name = args.get("name", DEFAULT_NAME)
     (RAY_TPU_CLUSTER_NAME if shape.multi_host else RAY_CLUSTER_NAME).check(name, f"{prefix}name")
-    num_slices = _integer(args.get("num_slices", 2), 1, 64, f"{prefix}num_slices")
-    min_slices = _integer(args.get("min_slices", num_slices), 1, num_slices, f"{prefix}min_slices")
+    num_slices = integer(args.get("num_slices", 2), 1, 64, f"{prefix}num_slices")
+    min_slices = integer(args.get("min_slices", num_slices), 1, num_slices, f"{prefix}min_slices")
     nics = shape.generation.dcn_nics_per_host
-    dcn_interfaces = _integer(args.get("dcn_interfaces", nics), 0, nics, f"{prefix}dcn_interfaces")
+    dcn_interfaces = integer(args.get("dcn_interfaces", nics), 0, nics, f"{prefix}dcn_interfaces")
     namespace = DNS_LABEL.check(args.get("namespace", DEFAULT_NAMESPACE), f"{prefix}namespace")
     service_account = DNS_SUBDOMAIN.check(args.get("service_account", DEFAULT_KSA_NAME), f"{prefix}service_account")
     if "compute_class" in args:
@@ -81,17 +81,10 @@ def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") 
         min_slices=min_slices,
         dcn_interfaces=dcn_interfaces,
         image=args.get("image", DEFAULT_IMAGE),
-        megascale_port=_integer(args.get("megascale_port", DEFAULT_MEGASCALE_PORT), 1024, 65535, f"{prefix}megascale_port"),
+        megascale_port=integer(args.get("megascale_port", DEFAULT_MEGASCALE_PORT), 1024, 65535, f"{prefix}megascale_port"),
         compute_class=args.get("compute_class"),
         spot=bool(args.get("spot", False)),
     )
-
-
-def _integer(value: object, low: int, high: int, key: str) -> int:
-    """An integer in [low, high]; hosted components get JSON numbers (3.0), so whole floats count."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or not low <= value <= high:
-        raise ConfigError(key, value, f"an integer between {low} and {high}")
-    return int(value)
 
 
 class RayTpuCluster(pulumi.ComponentResource):
@@ -128,25 +121,11 @@ class RayTpuCluster(pulumi.ComponentResource):
 
         self.compute_class = None
         if spec.compute_class:
-            manifest = compute_class(spec)
-            self.compute_class = k8s.apiextensions.CustomResource(
-                f"{name}-compute-class",
-                api_version=manifest["apiVersion"],
-                kind=manifest["kind"],
-                metadata=manifest["metadata"],
-                spec=manifest["spec"],
-                opts=child,
-            )
+            self.compute_class = custom_resource(f"{name}-compute-class", compute_class(spec), child)
             prerequisites.append(self.compute_class)
 
-        manifest = ray_cluster(spec)
-        self.ray_cluster = k8s.apiextensions.CustomResource(
-            f"{name}-raycluster",
-            api_version=manifest["apiVersion"],
-            kind=manifest["kind"],
-            metadata=manifest["metadata"],
-            spec=manifest["spec"],
-            opts=child_options(self, opts, depends_on=prerequisites),
+        self.ray_cluster = custom_resource(
+            f"{name}-raycluster", ray_cluster(spec), child_options(self, opts, depends_on=prerequisites)
         )
         # Tied to the resource so consumers of the name wait for the RayCluster to exist.
         self.cluster_name = self.ray_cluster.urn.apply(lambda _: spec.name)

@@ -24,19 +24,21 @@ def dev_run(dev_config):
     return run_offline(dev_config)
 
 
+def with_keys(config: dict[str, str], **changes: str | None) -> dict[str, str]:
+    """``config`` with some keys changed (short keys are gke-ray-tpu's; None removes a key)."""
+    changed = dict(config)
+    for key, value in changes.items():
+        full_key = key if ":" in key else f"gke-ray-tpu:{key}"
+        if value is None:
+            changed.pop(full_key, None)
+        else:
+            changed[full_key] = value
+    return changed
+
+
 @pytest.fixture(scope="session")
 def run_stack(dev_config):
     """Run the program on the dev config with some keys changed (None removes a key)."""
     from stack.mock_engine import run_offline
 
-    def run(**overrides: str | None):
-        config = dict(dev_config)
-        for key, value in overrides.items():
-            full_key = key if ":" in key else f"gke-ray-tpu:{key}"
-            if value is None:
-                config.pop(full_key, None)
-            else:
-                config[full_key] = value
-        return run_offline(config)
-
-    return run
+    return lambda **changes: run_offline(with_keys(dev_config, **changes))

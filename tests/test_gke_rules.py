@@ -11,6 +11,7 @@ from core.errors import ConfigError
 from core.kuberay import supports_flat_resource_claims
 from stack.config import config_keys, parse_stack_config
 from stack.mock_engine import MOCK_CHANNEL_VERSIONS, MockGke, OfflineRun, run_offline
+from tests.conftest import with_keys
 from tests.schemas import RAYCLUSTER_CRD
 from tests.test_stack_dev import CLUSTER, RAYCLUSTER, tpu_pools
 from training.driver.cluster_checks import check_kuberay
@@ -23,17 +24,6 @@ def refused(config: dict, gke: MockGke | None = None) -> ConfigError:
         run_offline(config, run=run, gke=gke)
     assert run.resources == [], [r.urn for r in run.resources]
     return error.value
-
-
-def with_keys(dev_config: dict, **changes: str | None) -> dict:
-    config = dict(dev_config)
-    for key, value in changes.items():
-        full = key if ":" in key else f"gke-ray-tpu:{key}"
-        if value is None:
-            config.pop(full, None)
-        else:
-            config[full] = value
-    return config
 
 
 # -- versions ---------------------------------------------------------------------------------------------------
