@@ -202,10 +202,13 @@ def test_port_forward_reaches_the_jobs_api(ray_head, monkeypatch):
 
 
 def _start_submit(ray_head, out, run: str, *overrides: str) -> subprocess.Popen:
+    # Ctrl-C reaches it as on a terminal, even when the tests run where SIGINT is ignored
+    # (a background job of a non-interactive shell starts with SIGINT ignored, and so would it).
     return subprocess.Popen(
         [sys.executable, "-m", "training.submit", "--local", "--address", ray_head.address,
          "--output-dir", str(out), f"run_name={run}", *overrides],
         cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 

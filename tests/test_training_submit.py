@@ -407,7 +407,17 @@ class InterruptedCluster(FakeJobsClient):
         await asyncio.sleep(60)
 
 
-def test_ctrl_c_while_streaming_stops_the_job_and_exits_130_cleanly(capsys, tmp_path, dev_outputs, fake_cluster):
+@pytest.fixture
+def python_ctrl_c():
+    """Python's own Ctrl-C handler, even where the tests were started with SIGINT ignored
+    (a background job of a non-interactive shell starts so, and Python then installs none)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_while_streaming_stops_the_job_and_exits_130_cleanly(capsys, tmp_path, dev_outputs, fake_cluster,
+                                                                   python_ctrl_c):
     cluster = fake_cluster(InterruptedCluster(final="RUNNING"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
