@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("pulumi_policy")
-offline = pytest.importorskip("stack.mock_engine")
+from stack import mock_engine as offline  # noqa: E402
 
 from pulumi_policy.proxy import unknown_checking_proxy  # noqa: E402
 
