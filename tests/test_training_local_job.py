@@ -256,7 +256,8 @@ def test_a_job_that_maxtext_rejects_fails_with_its_error_lines(ray_head, tmp_pat
     assert rc == 1 and "Traceback" not in err, err
     lines = err.splitlines()
     errors = lines[lines.index(f"[submit] {sid} FAILED; its last error lines:") + 1:-1]
-    assert errors[0].startswith("[submit]     ValueError: 'no_such_key' not in 'emb_dim', 'mlp_dim', ")
+    # (A worker-group start that waited for the previous test's CPUs may be logged first: Ray Train retries it.)
+    assert [line for line in errors if line.startswith("[submit]     ValueError: 'no_such_key' not in 'emb_dim', ")]
     assert errors[-1] == "[submit]     ray.train.WorkerGroupError: Training failed due to worker errors:"
     assert JobSubmissionClient(ray_head.address).get_job_status(sid) == JobStatus.FAILED
 
