@@ -23,7 +23,7 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
+from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = REPO_ROOT / "__main__.py"
@@ -227,6 +227,9 @@ class _LogRecorder(logging.Handler):
 def _run_in_fresh_context(
     config: dict, stack: str, preview: bool, program: Path, run: OfflineRun, project: str, gke: MockGke
 ) -> OfflineRun:
+    # The mocks create futures on the thread's current event loop, and a finished asyncio.run() or
+    # asyncio.Runner in the same process (the submit command's log stream) leaves the thread without one.
+    _ensure_event_loop()
     mocks = _StackMocks(run, gke)
     logger = logging.getLogger(f"gke-ray-tpu.offline.{id(run)}")
     logger.propagate = False
