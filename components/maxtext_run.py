@@ -37,7 +37,7 @@ from components._options import child_options, custom_resource
 from components.gcs_workload_identity import DEFAULT_NAMESPACE
 from core import code_archive
 from core.errors import ConfigError
-from core.job_spec import DATA_MOUNT, JobSpec, build_job, declared_submission_id, entrypoint, runtime_env
+from core.job_spec import DATA_MOUNT, JobSpec, build_job, declared_submission_id, entrypoint, run_location, runtime_env
 from core.naming import DNS_LABEL, RAY_CLUSTER_NAME, RAY_JOB_NAME
 from core.presets import get_preset
 
@@ -173,7 +173,9 @@ class MaxTextRun(pulumi.ComponentResource):
         # Tied to the resource, so a consumer of the name waits for the RayJob to exist.
         self.ray_job_name = self.ray_job.urn.apply(lambda _: args["run_name"])
         self.submission_id = pulumi.Output.from_input(manifest["spec"]["jobId"])
-        self.checkpoint_dir = pulumi.Output.concat("gs://", args["bucket_name"], f"/{spec.run_name}/checkpoints")
+        self.checkpoint_dir = pulumi.Output.from_input(args["bucket_name"]).apply(
+            lambda bucket: run_location(spec, "checkpoints", bucket)
+        )
         self.code_object = self.code.name
         self.register_outputs(
             {

@@ -222,6 +222,15 @@ class JobSpec:
         return cls.from_argv(words[words.index(TRAINER_MODULE) + 1:])
 
 
+def run_location(spec: JobSpec, leaf: str, bucket: Optional[str] = None) -> str:
+    """Where MaxText writes ``<base_output_directory>/<run_name>/<leaf>`` (``checkpoints``, ``tensorboard``),
+    as a person or a machine outside the cluster finds it: ``gs://<bucket>`` for the pods' ``/data`` mount."""
+    base = str(spec.maxtext["base_output_directory"]).rstrip("/")
+    if bucket and (base == DATA_MOUNT or base.startswith(DATA_MOUNT + "/")):
+        base = f"gs://{bucket}{base[len(DATA_MOUNT):]}"
+    return f"{base}/{spec.run_name}/{leaf}"
+
+
 def build_job(
     preset: Preset,
     *,

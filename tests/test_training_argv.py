@@ -8,7 +8,7 @@ import shlex
 import pytest
 
 from core.errors import ConfigError
-from core.job_spec import DEFAULT_CONFIG, JobSpec, build_job, parse_overrides, submission_id_for
+from core.job_spec import DEFAULT_CONFIG, JobSpec, build_job, parse_overrides, run_location, submission_id_for
 from core.presets import PRESETS, get_preset
 from training.driver import stack_outputs
 from training.driver.request import SubmitRequest
@@ -79,6 +79,22 @@ def test_70b_on_the_dev_stack_is_the_tutorial_command(dev_outputs_file):
     assert p.runtime_env["env_vars"] == {"RAY_TRAIN_V2_ENABLED": "1", "RAY_DEDUP_LOGS": "0",
                                          "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "20"}
     assert p.checkpoints == "gs://my-tpu-project-maxtext-checkpoints/rayjob-multi-slice-70b-fsdp/checkpoints"
+
+
+@pytest.mark.parametrize(
+    "base, bucket, expected",
+    [
+        ("/data/", "b", "gs://b/r/checkpoints"),  # a cluster run: the pods' mount of the bucket
+        ("/data", "b", "gs://b/r/checkpoints"),
+        ("/data/sub/", "b", "gs://b/sub/r/checkpoints"),
+        ("/database/", "b", "/database/r/checkpoints"),  # not the mount, only a name that starts alike
+        ("/tmp/local-runs", None, "/tmp/local-runs/r/checkpoints"),  # a local run
+        ("/data/", None, "/data/r/checkpoints"),  # no bucket known: as the pods see it
+    ],
+)
+def test_a_runs_files_are_shown_where_a_person_finds_them(base, bucket, expected):
+    spec = JobSpec(backend="cpu", maxtext={"base_output_directory": base, "run_name": "r"}, slices=1)
+    assert run_location(spec, "checkpoints", bucket) == expected
 
 
 def test_the_trainer_turns_that_command_into_the_tutorial_scaling_config(dev_outputs_file):

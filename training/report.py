@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from core.job_spec import DATA_MOUNT, JobSpec
+from core.job_spec import JobSpec, run_location
+from training.driver.request import DEFAULT_LOCAL_DIR
 
 LOSS = "learning/loss"
 TOKENS = "perf/per_device_tokens_per_sec"
 STEP_TIME = "perf/step_time_seconds"
 SIZE = (960, 640)
-DEFAULT_LOCAL_DIR = Path(__file__).resolve().parents[1] / "local-runs"
 
 
 class NoMetrics(Exception):
@@ -50,10 +50,7 @@ class RunMetrics:
 
 def metrics_dir(spec: JobSpec, bucket: Optional[str] = None) -> str:
     """Where MaxText writes the run's event files, as this machine reaches it (the bucket for /data)."""
-    base = str(spec.maxtext["base_output_directory"]).rstrip("/")
-    if bucket and (base == DATA_MOUNT or base.startswith(DATA_MOUNT + "/")):
-        base = f"gs://{bucket}{base[len(DATA_MOUNT):]}"
-    return f"{base}/{spec.run_name}/tensorboard"
+    return run_location(spec, "tensorboard", bucket)
 
 
 def _records(data: bytes):

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from core.errors import ConfigError
-from core.job_spec import JobSpec
+from core.job_spec import JobSpec, run_location
 from training.driver import retry, stack_outputs
 from training.driver.display import PlainDisplay, for_stream
 from training.driver.errors import ClusterError
@@ -148,7 +148,8 @@ def _run(request: SubmitRequest, outputs, submission: Optional[Submission]) -> i
             log(nxt.why)
         spec = submission.spec if submission else JobSpec.from_entrypoint(api.entrypoint(nxt.submission_id))
         run_dir = submission.run_dir if submission else _follow_run_dir(request, spec)
-        checkpoints = submission.checkpoints if submission else _checkpoints(outputs, spec)
+        bucket = outputs.bucket_name if outputs else None
+        checkpoints = submission.checkpoints if submission else run_location(spec, "checkpoints", bucket)
         run_dir.mkdir(parents=True, exist_ok=True)
         job_log = run_dir / "job.log"
         log(f"job log: {job_log}" + ("" if request.verbose else " (--verbose streams it here too)"))
@@ -213,12 +214,6 @@ def _follow_run_dir(request: SubmitRequest, spec: JobSpec) -> Path:
     if request.local:
         return Path(str(spec.maxtext["base_output_directory"])) / spec.run_name
     return request.output_dir.resolve() / spec.run_name
-
-
-def _checkpoints(outputs, spec: JobSpec) -> str:
-    if outputs is None:
-        return str(Path(str(spec.maxtext["base_output_directory"])) / spec.run_name / "checkpoints")
-    return f"gs://{outputs.bucket_name}/{spec.run_name}/checkpoints"
 
 
 def _report(spec: JobSpec, run_dir: Path, outputs, log: Callable[[str], None]) -> None:

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ConfigError
-from core.job_spec import JobSpec, build_job, entrypoint, runtime_env
+from core.job_spec import SHIPPED_PACKAGES, JobSpec, build_job, entrypoint, run_location, runtime_env
 from core.presets import get_preset
 from training.driver.request import REPO_ROOT, SubmitRequest
 from training.driver.stack_outputs import StackOutputs
 
 LOCAL_WORKERS = 2
 """Two CPU workers: the smallest run that is still multi-process SPMD (and fits 2 cores)."""
-SHIPPED = [str(REPO_ROOT / "core"), str(REPO_ROOT / "training")]
+SHIPPED = [str(REPO_ROOT / package) for package in SHIPPED_PACKAGES]
 """What Ray uploads for the job: the two packages it imports, not the repository."""
 
 
@@ -81,7 +81,7 @@ def for_cluster(request: SubmitRequest, outputs: StackOutputs) -> Submission:
         spec=spec,
         entrypoint=entrypoint(spec),
         runtime_env=runtime_env(py_modules=SHIPPED),
-        checkpoints=f"gs://{outputs.bucket_name}/{spec.run_name}/checkpoints",
+        checkpoints=run_location(spec, "checkpoints", outputs.bucket_name),
         run_dir=out_dir / spec.run_name,
     )
 
@@ -120,6 +120,6 @@ def for_local(request: SubmitRequest) -> Submission:
         # The driver runs on this machine: this interpreter, not whatever `python` is on PATH.
         entrypoint=entrypoint(spec, python=shlex.quote(sys.executable)),
         runtime_env=runtime_env(py_modules=SHIPPED),
-        checkpoints=str(out_dir / spec.run_name / "checkpoints"),
+        checkpoints=run_location(spec, "checkpoints"),
         run_dir=out_dir / spec.run_name,
     )
