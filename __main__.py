@@ -16,9 +16,9 @@ from components.gcs_workload_identity import GcsWorkloadIdentity, GcsWorkloadIde
 from components.gke_cluster import GkeRayCluster, GkeRayClusterArgs
 from components.maxtext_run import MaxTextRun
 from components.ray_manifests import DASHBOARD_PORT
-from core.job_spec import DATA_MOUNT
 from components.ray_tpu_cluster import RayTpuCluster, RayTpuClusterArgs
 from components.tpu_slice_node_pool import TpuSliceNodePool, TpuSliceNodePoolArgs
+from core.job_spec import DATA_MOUNT
 from stack.config import config_keys, parse_stack_config, raw_pulumi_config
 from stack.preflight import check_declared_runs, check_planned_run
 

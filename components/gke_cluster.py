@@ -61,16 +61,20 @@ class GkeRayClusterArgs(TypedDict):
     """Adopt cluster_name instead of creating it: checked for what Ray on TPUs needs, then only a Kubernetes provider is created. Default: false."""
 
 
+def check_release_channel(mode: str, channel: str, key: str) -> None:
+    if channel not in RELEASE_CHANNELS:
+        raise ConfigError(key, channel, f"one of {', '.join(RELEASE_CHANNELS)}")
+    if mode == "autopilot" and channel == "UNSPECIFIED":
+        raise ConfigError(key, channel, "a channel: Autopilot clusters always have one")
+
+
 def check_args(args: GkeRayClusterArgs, prefix: str = "GkeRayClusterArgs.") -> None:
     """The rules on the arguments alone (no lookup); ``prefix`` + field name is the error key."""
     mode = args.get("mode", DEFAULT_MODE)
     channel = args.get("release_channel", DEFAULT_RELEASE_CHANNEL)
     if mode not in CLUSTER_MODES:
         raise ConfigError(f"{prefix}mode", mode, f"one of {', '.join(CLUSTER_MODES)}")
-    if channel not in RELEASE_CHANNELS:
-        raise ConfigError(f"{prefix}release_channel", channel, f"one of {', '.join(RELEASE_CHANNELS)}")
-    if mode == "autopilot" and channel == "UNSPECIFIED":
-        raise ConfigError(f"{prefix}release_channel", channel, "a channel: Autopilot clusters always have one")
+    check_release_channel(mode, channel, f"{prefix}release_channel")
     GKE_NAME.check(args["cluster_name"], f"{prefix}cluster_name")
     version = parse_version(args.get("version", DEFAULT_VERSION), f"{prefix}version")
     if args.get("dranet", True) and not args.get("existing", False):

@@ -16,13 +16,15 @@ from components.ray_manifests import (
     resource_claim_template,
 )
 from core.naming import DNS_LABEL, DNS_SUBDOMAIN, RAY_CLUSTER_NAME, RAY_TPU_CLUSTER_NAME
-from core.tpu_catalogue import slice_shape
+from core.tpu_catalogue import DEFAULT_GENERATION, DEFAULT_TOPOLOGY, slice_shape
 
 DEFAULT_NAME = "maxtext-tpu-cluster"
 DEFAULT_IMAGE = "rayproject/ray:nightly-py312-tpu"
 """The tutorial's image: the only TPU Ray image this stack is known to work with. It is a
 moving tag (pulled on every start); production stacks should pin a release or digest they tested."""
 DEFAULT_MEGASCALE_PORT = 9915
+DEFAULT_NUM_SLICES = 2
+"""The tutorial's two slices."""
 
 
 class RayTpuClusterArgs(TypedDict):
@@ -59,11 +61,11 @@ class RayTpuClusterArgs(TypedDict):
 def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") -> RayClusterSpec:
     """The pure RayCluster spec, after every rule on the arguments."""
     shape = slice_shape(
-        args.get("generation", "v6e"), args.get("topology", "4x4"), key=f"{prefix}topology", generation_key=f"{prefix}generation"
+        args.get("generation", DEFAULT_GENERATION), args.get("topology", DEFAULT_TOPOLOGY), key=f"{prefix}topology", generation_key=f"{prefix}generation"
     )
     name = args.get("name", DEFAULT_NAME)
     (RAY_TPU_CLUSTER_NAME if shape.multi_host else RAY_CLUSTER_NAME).check(name, f"{prefix}name")
-    num_slices = integer(args.get("num_slices", 2), 1, 64, f"{prefix}num_slices")
+    num_slices = integer(args.get("num_slices", DEFAULT_NUM_SLICES), 1, 64, f"{prefix}num_slices")
     min_slices = integer(args.get("min_slices", num_slices), 1, num_slices, f"{prefix}min_slices")
     nics = shape.generation.dcn_nics_per_host
     dcn_interfaces = integer(args.get("dcn_interfaces", nics), 0, nics, f"{prefix}dcn_interfaces")

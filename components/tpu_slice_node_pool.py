@@ -11,11 +11,9 @@ from components.dcn_networks import AdditionalNetwork
 from components.gke_cluster import CLOUD_PLATFORM_SCOPE
 from core.errors import ConfigError
 from core.naming import COMPUTE_NAME, GKE_NAME, PROJECT_ID
-from core.tpu_catalogue import SliceShape, slice_shape
+from core.tpu_catalogue import DEFAULT_GENERATION, DEFAULT_TOPOLOGY, SliceShape, slice_shape
 
 DRANET_NODE_LABEL = "cloud.google.com/gke-networking-dra-driver"
-DEFAULT_GENERATION = "v6e"
-DEFAULT_TOPOLOGY = "4x4"
 _SHARED_RESERVATION = re.compile(r"projects/([^/]+)/reservations/([^/]+)")
 
 
@@ -63,6 +61,21 @@ def check_reservation(reservation: object, key: str) -> None:
         )
 
 
+def check_capacity(spot: bool, reservation: Optional[str], key: str) -> None:
+    """Spot VMs cannot consume a reservation: asking for both is refused (``key`` names the reservation)."""
+    if spot and reservation:
+        raise ConfigError(key, reservation, "unset when spot is true: Spot VMs cannot consume a reservation")
+
+
+def check_network_count(shape: SliceShape, count: int, value: object, key: str) -> None:
+    """A host can take only as many DCN networks as it has NICs that DRANET hands to a pod."""
+    nics = shape.generation.dcn_nics_per_host
+    if count > nics:
+        raise ConfigError(
+            key, value, f"at most {nics} networks: a {shape.machine_type} host has {nics} NICs that DRANET can hand to a pod"
+        )
+
+
 def check_args(args: TpuSliceNodePoolArgs, prefix: str = "TpuSliceNodePoolArgs.") -> SliceShape:
     """The rules on the arguments alone; returns the slice's shape."""
     shape = slice_shape(
@@ -71,18 +84,11 @@ def check_args(args: TpuSliceNodePoolArgs, prefix: str = "TpuSliceNodePoolArgs."
         key=f"{prefix}topology",
         generation_key=f"{prefix}generation",
     )
-    if args.get("spot") and args.get("reservation"):
-        raise ConfigError(f"{prefix}reservation", args["reservation"], "unset when spot is true: Spot VMs cannot consume a reservation")
+    check_capacity(bool(args.get("spot")), args.get("reservation"), f"{prefix}reservation")
     if args.get("reservation"):
         check_reservation(args["reservation"], f"{prefix}reservation")
     networks = args.get("additional_networks") or []
-    if len(networks) > shape.generation.dcn_nics_per_host:
-        raise ConfigError(
-            f"{prefix}additional_networks",
-            len(networks),
-            f"at most {shape.generation.dcn_nics_per_host}: a {shape.machine_type} host has "
-            f"{shape.generation.dcn_nics_per_host} NICs that DRANET can hand to a pod",
-        )
+    check_network_count(shape, len(networks), len(networks), f"{prefix}additional_networks")
     pool = args.get("pool_name") or pool_name_for(shape, int(args.get("slice_index", 0)))
     GKE_NAME.check(pool, f"{prefix}pool_name")
     if shape.multi_host and shape.generation.uses_workload_policy:

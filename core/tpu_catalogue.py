@@ -23,6 +23,10 @@ from typing import Mapping
 
 from core.errors import ConfigError
 
+DEFAULT_GENERATION = "v6e"
+DEFAULT_TOPOLOGY = "4x4"
+"""The tutorial's slice: Trillium, 4 hosts of 4 chips (ct6e-standard-4t)."""
+
 
 @dataclass(frozen=True)
 class TpuGeneration:

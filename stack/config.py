@@ -293,7 +293,7 @@ class StackConfig(BaseModel):
         description="a topology of that generation; machine type, host count and chips per host are derived",
     )
     num_slices: Annotated[int, BeforeValidator(_integer(1, 64))] = Field(
-        2,
+        ray_tpu_cluster.DEFAULT_NUM_SLICES,
         alias="gke-ray-tpu:numSlices",
         description="one node pool and one RayCluster replica per slice, 1-64; more than 1 needs a multi-host topology",
     )
@@ -376,20 +376,10 @@ class StackConfig(BaseModel):
             )
         if self.zone is not None and not self.zone.startswith(self.region + "-"):
             raise ConfigError("gcp:zone", self.zone, f"a zone of gcp:region {self.region} (like {self.region}-b)")
-        if self.spot and self.reservation:
-            raise ConfigError(
-                config_key("reservation"), self.reservation, "unset when spot is true: Spot VMs cannot consume a reservation"
-            )
-        if self.autopilot and self.release_channel == "UNSPECIFIED":
-            raise ConfigError(config_key("release_channel"), self.release_channel, "a channel: Autopilot clusters always have one")
+        tpu_slice_node_pool.check_capacity(self.spot, self.reservation, config_key("reservation"))
+        gke_cluster.check_release_channel(self.cluster_mode, self.release_channel, config_key("release_channel"))
         cidrs = self.dcn_cidrs_or_default
-        nics = shape.generation.dcn_nics_per_host
-        if len(cidrs) > nics:
-            raise ConfigError(
-                config_key("dcn_cidrs"),
-                list(cidrs),
-                f"at most {nics} networks: a {shape.machine_type} host has {nics} NICs that DRANET can hand to a pod",
-            )
+        tpu_slice_node_pool.check_network_count(shape, len(cidrs), list(cidrs), config_key("dcn_cidrs"))
         if cidrs and not self.existing_cluster_name:
             gke.check_dranet_floor(
                 self.cluster_mode, gke.parse_version(self.cluster_version, config_key("cluster_version")), config_key("cluster_version")

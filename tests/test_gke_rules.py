@@ -167,6 +167,36 @@ def test_a_derived_firewall_name_over_63_is_refused_under_clustername():
     assert "DCN firewall rule name" in error.value.expected and error.value.key == "gke-ray-tpu:clusterName"
 
 
+@pytest.mark.parametrize(
+    "keys, config_key, component_check, component_key, expected",
+    [
+        ({"spot": "true", "reservation": "r1"}, "gke-ray-tpu:reservation",
+         lambda: __import__("components.tpu_slice_node_pool").tpu_slice_node_pool.check_args(
+             {"spot": True, "reservation": "r1"}),
+         "TpuSliceNodePoolArgs.reservation", "Spot VMs cannot consume a reservation"),
+        ({"clusterMode": "autopilot", "releaseChannel": "UNSPECIFIED"}, "gke-ray-tpu:releaseChannel",
+         lambda: __import__("components.gke_cluster").gke_cluster.check_args(
+             {"cluster_name": "c", "location": "us-east5", "project": "p", "mode": "autopilot",
+              "release_channel": "UNSPECIFIED"}),
+         "GkeRayClusterArgs.release_channel", "Autopilot clusters always have one"),
+        ({"dcnCidrs": '["10.50.0.0/16", "10.60.0.0/16", "10.70.0.0/16"]'}, "gke-ray-tpu:dcnCidrs",
+         lambda: __import__("components.tpu_slice_node_pool").tpu_slice_node_pool.check_args(
+             {"additional_networks": [{"network": f"n{i}", "subnetwork": f"s{i}"} for i in range(3)]}),
+         "TpuSliceNodePoolArgs.additional_networks", "at most 2 networks: a ct6e-standard-4t host has 2 NICs"),
+    ],
+    ids=["spot-and-reservation", "autopilot-without-channel", "more-networks-than-nics"],
+)
+def test_a_rule_across_arguments_is_the_components_own_under_either_key(
+    dev_config, keys, config_key, component_check, component_key, expected
+):
+    """The stack refuses it under the config key before anything is registered; the component alone, under its argument."""
+    error = refused(with_keys(dev_config, **keys))
+    assert error.key == config_key and expected in error.expected
+    with pytest.raises(ConfigError) as direct:
+        component_check()
+    assert direct.value.key == component_key and expected in direct.value.expected
+
+
 def test_one_single_host_slice_may_use_a_longer_raycluster_name(dev_config):
     config = with_keys(dev_config, tpuTopology="2x2", numSlices="1", elasticMinSlices=None, rayClusterName="r" * 53,
                        runs=None)
