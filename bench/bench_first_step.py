@@ -15,7 +15,17 @@ and uploads ``core/`` and ``training/``):
 * first step: rank 0's "completed step: 0".
 
 Worker lines carry absl timestamps; the controller's do not, so "job up" is the
-time the bench first saw that line in the log (polled every 0.1 s).
+time that line arrived in the streamed log.
+
+Then two bounds for the last run. Where the CPU went until its first step, per
+process (Linux's /proc: the training workers, each of Ray's other processes, the
+rest of the machine), and how many cores were busy on average. And the serial
+floor: Ray starts the job's processes one after another (job supervisor -> job
+driver -> Ray Train controller -> the workers), each a new process that imports
+its code before it starts the next; each import is timed alone in a fresh
+interpreter (best of 3) and added to what rank 0 spends after MaxText has its
+model (compile from the cache, the first step). While Ray starts a new process for
+each actor, no number of cores makes the first step come sooner than that sum.
 
     .venv/bin/python bench/bench_first_step.py [--runs 2]
 """
@@ -23,7 +33,10 @@ time the bench first saw that line in the log (polled every 0.1 s).
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +49,7 @@ sys.path.insert(0, str(REPO))
 from core.job_spec import submission_id_for  # noqa: E402
 from training.driver.local_ray import LocalRayHead  # noqa: E402
 from training.driver.request import SubmitRequest  # noqa: E402
-from training.driver.submission import for_local  # noqa: E402
+from training.driver.submission import LOCAL_WORKERS, for_local  # noqa: E402
 
 _STAMP = re.compile(r"\(RayTrainWorker pid=(\d+)\)\S*\s+[IWEF](\d{4} \d{2}:\d{2}:\d{2}\.\d{6}) ")
 _RANK = re.compile(r"- \(ip=[^,)]+, pid=(\d+)\) world_rank=0")
@@ -64,25 +77,121 @@ def rank0_times(log: str) -> dict[str, float]:
     return found
 
 
-def one_run(client, out_dir: Path, run_name: str) -> dict[str, float]:
+SERIAL_CHAIN = (
+    # (process, what it imports before it can start the next one)
+    ("job supervisor", "ray.dashboard.modules.job.job_supervisor"),
+    ("job driver (the trainer)", "training.worker.trainer, ray.train.v2.jax"),
+    ("Ray Train controller", "ray.train.v2._internal.execution.controller.controller"),
+    ("Ray Train worker, rank 0", "ray.train.v2._internal.execution.worker_group.worker"),
+)
+"""Each is a new process: Ray launches a worker process when the actor is asked for."""
+MAXTEXT = "maxtext.trainers.pre_train.train"
+TRAIN_WORKER = "ray::RayTrainWorker"
+
+
+def import_seconds(modules: str, after: str = "", tries: int = 3) -> float:
+    """Best of ``tries``: seconds a fresh interpreter spends importing ``modules`` (after ``after``)."""
+    code = (f"import time{', ' + after if after else ''}; t = time.perf_counter(); import {modules}; "
+            "print(time.perf_counter() - t)")
+    runs = []
+    for _ in range(tries):
+        done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+        runs.append(float(done.stdout.split()[-1]))
+    return min(runs)
+
+
+def machine_cpu_seconds() -> tuple[float, float]:
+    """(CPU seconds spent on anything, seconds the hypervisor took), all cores together (/proc/stat)."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (
+        int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9])
+    hz = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq) / hz, steal / hz
+
+
+def cpu_by_process() -> dict[int, tuple[str, float]]:
+    """pid -> (the job's name for it, CPU seconds so far) for Ray's processes and the job driver."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if command.startswith("ray::"):
+            name = command.split()[0].split(".")[0]
+        elif "training.worker.trainer" in command:
+            name = "job driver"
+        else:
+            continue
+        found[int(entry.name)] = (name, (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK"))
+    return found
+
+
+def one_run(client, out_dir: Path, run_name: str) -> dict:
+    """One job, its log streamed as the submit command streams it (a poll of the whole log
+    every 0.1 s cost the dashboard enough CPU, on 2 cores, to delay the first step by seconds)."""
     submission = for_local(SubmitRequest(local=True, output_dir=out_dir, overrides={"run_name": run_name}))
     sid = submission_id_for(run_name)
+    processes_before, (cpu_before, stolen_before) = cpu_by_process(), machine_cpu_seconds()
     submitted = time.time()
     client.submit_job(entrypoint=submission.entrypoint, submission_id=sid, runtime_env=submission.runtime_env)
     uploaded = time.time()
-    job_up = None
-    while True:
-        log = client.get_job_logs(sid)
-        if job_up is None and "Started training worker group" in log:
-            job_up = time.time()
-        status = str(client.get_job_status(sid).value)
-        if status in ("SUCCEEDED", "FAILED", "STOPPED"):
-            break
-        time.sleep(0.1)
+    seen: dict = {}
+    parts: list[str] = []
+
+    async def follow() -> None:
+        async for chunk in client.tail_job_logs(sid):
+            recent = (parts[-1] if parts else "") + chunk
+            parts.append(chunk)
+            if "job up" not in seen and "Started training worker group" in recent:
+                seen["job up"] = time.time()
+            if "_cpu" not in seen and "completed step: 0," in recent:
+                busy, stolen = machine_cpu_seconds()
+                cpu = {"all": busy - cpu_before, "stolen": stolen - stolen_before, "wall": time.time() - submitted}
+                for pid, (name, seconds) in cpu_by_process().items():
+                    cpu[name] = cpu.get(name, 0.0) + seconds - processes_before.get(pid, (name, 0.0))[1]
+                seen["_cpu"] = cpu
+
+    asyncio.run(follow())
+    log = "".join(parts)
+    status = str(client.get_job_status(sid).value)
     if status != "SUCCEEDED":
         raise SystemExit(f"{sid} {status}:\n{log[-3000:]}")
-    marks = rank0_times(log)
-    return {"packaged + uploaded": uploaded, "job up": job_up, **marks, "_submitted": submitted}
+    return {"packaged + uploaded": uploaded, **seen, **rank0_times(log), "_submitted": submitted}
+
+
+def print_cpu(run: dict, label: str) -> None:
+    """Where the CPU went from submission to the first step."""
+    cpu = dict(run["_cpu"])
+    everything, stolen, wall = cpu.pop("all"), cpu.pop("stolen"), cpu.pop("wall")
+    workers = cpu.pop(TRAIN_WORKER, 0.0)
+    ray_side = sorted(((seconds, name) for name, seconds in cpu.items() if seconds >= 0.05), reverse=True)
+    print(f"CPU from submission to the first step, {label}: {everything:.1f} CPU-s in {wall:.1f} s "
+          f"({everything / wall:.2f} of {os.cpu_count()} cores busy; "
+          f"the hypervisor took another {stolen / wall:.2f})")
+    print(f"  {f'training workers ({LOCAL_WORKERS})':<34}{workers:>6.1f} CPU-s")
+    for seconds, name in ray_side:
+        print(f"  {name.removeprefix('ray::'):<34}{seconds:>6.1f} CPU-s")
+    print(f"  {'everything else':<34}{everything - workers - sum(s for s, _ in ray_side):>6.1f} CPU-s")
+
+
+def print_serial_floor(run: dict, label: str) -> None:
+    """The part no number of cores shortens: each process of the chain is started by the one before."""
+    print("serial floor: the job's processes in the order Ray starts them, each import timed alone (best of 3)")
+    floor = 0.0
+    for process, modules in SERIAL_CHAIN:
+        seconds = import_seconds(modules)
+        floor += seconds
+        print(f"  {process:<34}{seconds:>6.1f} s  import {modules}")
+    maxtext = import_seconds(MAXTEXT, after=SERIAL_CHAIN[-1][1])
+    after_model = run["first step"] - run["model ready"]
+    floor += maxtext + after_model
+    print(f"  {'  then MaxText':<34}{maxtext:>6.1f} s  import {MAXTEXT}")
+    print(f"  {'  then compile + step 0':<34}{after_model:>6.1f} s  rank 0, {label}, from the cache")
+    measured = run["first step"] - run["_submitted"]
+    print(f"  {'sum':<34}{floor:>6.1f} s  vs {measured:.1f} s measured, {label} (ratio {measured / floor:.2f})")
 
 
 def main() -> int:
@@ -109,9 +218,11 @@ def main() -> int:
     compile_last = last["compiled"] - last["model ready"]
     print(f"trace + compile: {compile_first:.2f} s cold, {compile_last:.2f} s cached "
           f"(ratio {compile_last / compile_first:.3f})")
-    print(f"first step: {first['first step'] - first['_submitted']:.1f} s cold, "
-          f"{last['first step'] - last['_submitted']:.1f} s on run {len(runs)} "
-          f"(ratio {(last['first step'] - last['_submitted']) / (first['first step'] - first['_submitted']):.2f})")
+    first_s = first["first step"] - first["_submitted"]
+    last_s = last["first step"] - last["_submitted"]
+    print(f"first step: {first_s:.1f} s cold, {last_s:.1f} s on run {len(runs)} (ratio {last_s / first_s:.2f})")
+    print_cpu(last, f"run {len(runs)}")
+    print_serial_floor(last, f"run {len(runs)}")
     return 0
 
 
