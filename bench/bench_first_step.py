@@ -33,7 +33,6 @@ each actor, no number of cores makes the first step come sooner than that sum.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import re
 import subprocess
@@ -47,6 +46,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from core.job_spec import submission_id_for  # noqa: E402
+from training.driver.jobs_client import JobsApi  # noqa: E402
 from training.driver.local_ray import LocalRayHead  # noqa: E402
 from training.driver.request import SubmitRequest  # noqa: E402
 from training.driver.submission import LOCAL_WORKERS, for_local  # noqa: E402
@@ -130,36 +130,35 @@ def cpu_by_process() -> dict[int, tuple[str, float]]:
 
 
 def one_run(client, out_dir: Path, run_name: str) -> dict:
-    """One job, its log streamed as the submit command streams it (a poll of the whole log
-    every 0.1 s cost the dashboard enough CPU, on 2 cores, to delay the first step by seconds)."""
+    """One job, its log streamed the way the submit command streams it (polling the whole
+    log every 0.1 s cost the dashboard enough CPU, on 2 cores, to delay the first step)."""
     submission = for_local(SubmitRequest(local=True, output_dir=out_dir, overrides={"run_name": run_name}))
     sid = submission_id_for(run_name)
     processes_before, (cpu_before, stolen_before) = cpu_by_process(), machine_cpu_seconds()
     submitted = time.time()
     client.submit_job(entrypoint=submission.entrypoint, submission_id=sid, runtime_env=submission.runtime_env)
-    uploaded = time.time()
-    seen: dict = {}
+    seen: dict = {"packaged + uploaded": time.time()}
     parts: list[str] = []
 
-    async def follow() -> None:
-        async for chunk in client.tail_job_logs(sid):
-            recent = (parts[-1] if parts else "") + chunk
-            parts.append(chunk)
-            if "job up" not in seen and "Started training worker group" in recent:
-                seen["job up"] = time.time()
-            if "_cpu" not in seen and "completed step: 0," in recent:
-                busy, stolen = machine_cpu_seconds()
-                cpu = {"all": busy - cpu_before, "stolen": stolen - stolen_before, "wall": time.time() - submitted}
-                for pid, (name, seconds) in cpu_by_process().items():
-                    cpu[name] = cpu.get(name, 0.0) + seconds - processes_before.get(pid, (name, 0.0))[1]
-                seen["_cpu"] = cpu
+    def on_text(text: str) -> None:
+        recent = (parts[-1] if parts else "") + text
+        parts.append(text)
+        if "job up" not in seen and "Started training worker group" in recent:
+            seen["job up"] = time.time()
+        if "_cpu" not in seen and "completed step: 0," in recent:
+            busy, stolen = machine_cpu_seconds()
+            cpu = {"all": busy - cpu_before, "stolen": stolen - stolen_before, "wall": time.time() - submitted}
+            for pid, (name, seconds) in cpu_by_process().items():
+                cpu[name] = cpu.get(name, 0.0) + seconds - processes_before.get(pid, (name, 0.0))[1]
+            seen["_cpu"] = cpu
 
-    asyncio.run(follow())
+    with JobsApi(client, log=print) as api:
+        api.follow(sid, on_text)
+        status = api.status(sid)
     log = "".join(parts)
-    status = str(client.get_job_status(sid).value)
     if status != "SUCCEEDED":
         raise SystemExit(f"{sid} {status}:\n{log[-3000:]}")
-    return {"packaged + uploaded": uploaded, **seen, **rank0_times(log), "_submitted": submitted}
+    return {**seen, **rank0_times(log), "_submitted": submitted}
 
 
 def print_cpu(run: dict, label: str) -> None:
