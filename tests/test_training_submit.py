@@ -428,6 +428,28 @@ def test_ctrl_c_while_streaming_stops_the_job_and_exits_130_cleanly(capsys, tmp_
     assert [str(w.message) for w in caught if issubclass(w.category, (RuntimeWarning, ResourceWarning))] == []
 
 
+def test_ctrl_c_landing_as_the_log_stream_starts_stops_the_job_and_exits_130(capsys, tmp_path, dev_outputs,
+                                                                          fake_cluster, python_ctrl_c, monkeypatch):
+    """asyncio.Runner.run installs its Ctrl-C handler and then zeroes its interrupt count, so a SIGINT
+    that lands in between cancels the stream but is not counted as a Ctrl-C: run() raises CancelledError
+    instead of KeyboardInterrupt (CPython 3.12; seen in CI as a traceback and exit 1)."""
+    import functools
+
+    install = signal.signal
+
+    def install_then_ctrl_c(signum, handler):
+        previous = install(signum, handler)
+        if signum == signal.SIGINT and isinstance(handler, functools.partial):  # the Runner's own handler
+            os.kill(os.getpid(), signal.SIGINT)
+        return previous
+
+    monkeypatch.setattr(signal, "signal", install_then_ctrl_c)
+    cluster = fake_cluster(FakeJobsClient(log=STEPS_LOG, final="RUNNING"))
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "run_name=early")
+    assert (rc, cluster.stopped) == (130, ["maxtext-early"]), err
+    assert "[submit] interrupted: stopping maxtext-early" in err and "Traceback" not in err
+
+
 def test_the_log_streams_event_loop_is_built_before_the_job_is_submitted(capsys, tmp_path, dev_outputs, fake_cluster,
                                                                          delays, monkeypatch):
     """Ctrl-C may land any time after the submission; a loop half-built at that moment prints a traceback

@@ -215,6 +215,11 @@ class JobsApi:
             coro = tail()
             try:
                 self._runner.run(coro)
+            except asyncio.CancelledError:
+                # Only the Runner's Ctrl-C handler holds the stream's task. A SIGINT that lands as
+                # run() installs that handler is not counted (run() zeroes the count after installing
+                # it, CPython 3.12), so the cancellation comes out instead of KeyboardInterrupt.
+                raise KeyboardInterrupt from None
             finally:
                 coro.close()  # an interrupt before the first await leaves it unstarted: no "never awaited"
 
