@@ -131,7 +131,7 @@ def cpu_by_process() -> dict[int, tuple[str, float]]:
 
 def one_run(client, out_dir: Path, run_name: str) -> dict:
     """One job, its log streamed the way the submit command streams it (polling the whole log
-    every 0.1 s tripled the dashboard agent's CPU, which a CPU-bound run on 2 cores pays for)."""
+    every 0.1 s took the dashboard agent 1.4 CPU-s, not 0.4-0.7, out of a CPU-bound run)."""
     submission = for_local(SubmitRequest(local=True, output_dir=out_dir, overrides={"run_name": run_name}))
     sid = submission_id_for(run_name)
     processes_before, (cpu_before, stolen_before) = cpu_by_process(), machine_cpu_seconds()
