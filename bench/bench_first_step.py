@@ -87,6 +87,8 @@ SERIAL_CHAIN = (
 """Each is a new process: Ray launches a worker process when the actor is asked for."""
 MAXTEXT = "maxtext.trainers.pre_train.train"
 TRAIN_WORKER = "ray::RayTrainWorker"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+"""/proc's CPU times are in these per second."""
 
 
 def import_seconds(modules: str, after: str = "", tries: int = 3) -> float:
@@ -104,8 +106,7 @@ def machine_cpu_seconds() -> tuple[float, float]:
     """(CPU seconds spent on anything, seconds the hypervisor took), all cores together (/proc/stat)."""
     user, nice, system, _idle, _iowait, irq, softirq, steal = (
         int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9])
-    hz = os.sysconf("SC_CLK_TCK")
-    return (user + nice + system + irq + softirq) / hz, steal / hz
+    return (user + nice + system + irq + softirq) / CLOCK_TICKS, steal / CLOCK_TICKS
 
 
 def cpu_by_process() -> dict[int, tuple[str, float]]:
@@ -125,7 +126,7 @@ def cpu_by_process() -> dict[int, tuple[str, float]]:
             name = "job driver"
         else:
             continue
-        found[int(entry.name)] = (name, (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK"))
+        found[int(entry.name)] = (name, (int(stat[11]) + int(stat[12])) / CLOCK_TICKS)
     return found
 
 
