@@ -314,15 +314,37 @@ RUNTIME_ENV_VARS = {
 }
 
 
-def runtime_env(*, py_modules: Sequence[str] = (), pythonpath: Optional[str] = None) -> dict:
+COLD_START_TIMEOUT_S = 900
+"""How long Ray Train waits for a worker group's slices on a cluster that scales them to zero.
+
+A slice that is not there yet is brought up by the autoscalers (KubeRay's asks
+for the worker-group replica, GKE's creates the TPU VMs): minutes, and GKE's
+autoscaler gives up on a scale-up after 15. In Ray 2.60's Train v2 this one
+setting bounds both the slice's placement-group (TPU head) reservation and the
+worker group's start; when it runs out, Ray Train retries (it is not a failure),
+so a shorter value only makes the demand the autoscaler sees come and go."""
+
+COLD_START_ENV_VARS = {
+    "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(COLD_START_TIMEOUT_S),
+    # Train v1's placement-group wait, for cluster images whose Ray still runs it.
+    "TRAIN_PLACEMENT_GROUP_TIMEOUT_S": str(COLD_START_TIMEOUT_S),
+}
+"""Set instead of the 20 s recovery tuning of RUNTIME_ENV_VARS on clusters that scale slices to zero."""
+
+
+def runtime_env(
+    *, py_modules: Sequence[str] = (), pythonpath: Optional[str] = None, cold_start: bool = False
+) -> dict:
     """The job's runtime env: the code it imports, and the environment every process of the job gets.
 
     ``py_modules``: local package directories the submitting client uploads
     (the submit command). ``pythonpath``: a directory or zip every Ray pod
     already sees (a declared run's code archive in the bucket mounted at
-    ``/data``), for a submitter that has no files of its own.
+    ``/data``), for a submitter that has no files of its own. ``cold_start``:
+    the cluster may have no worker nodes when the job starts (it scales to
+    zero), so Ray Train waits :data:`COLD_START_TIMEOUT_S` for them.
     """
-    env: dict = {"env_vars": dict(RUNTIME_ENV_VARS)}
+    env: dict = {"env_vars": {**RUNTIME_ENV_VARS, **(COLD_START_ENV_VARS if cold_start else {})}}
     if py_modules:
         env["py_modules"] = list(py_modules)
         env["excludes"] = ["**/__pycache__"]
