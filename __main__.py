@@ -20,13 +20,15 @@ from components.ray_tpu_cluster import RayTpuCluster, RayTpuClusterArgs
 from components.tpu_slice_node_pool import TpuSliceNodePool, TpuSliceNodePoolArgs
 from core.job_spec import DATA_MOUNT
 from stack.config import config_keys, parse_stack_config, raw_pulumi_config
-from stack.preflight import check_declared_runs, check_planned_run
+from stack.preflight import check_declared_runs, check_idle_cost, check_planned_run
 
 cfg = parse_stack_config(raw_pulumi_config())
 # Sharding, HBM and cost of the planned training run, before any TPU is paid for.
 check_planned_run(cfg, info=pulumi.log.info, warn=pulumi.log.warn)
 # The runs this stack declares (applied as RayJobs): one that cannot shard or fit fails here.
 check_declared_runs(cfg, info=pulumi.log.info)
+# What the stack costs idle and training, per capacity mode, before anything is created.
+check_idle_cost(cfg, info=pulumi.log.info, warn=pulumi.log.warn)
 shape = cfg.shape
 cidrs = cfg.dcn_cidrs_or_default
 
@@ -70,8 +72,10 @@ with config_keys(cfg):
                     topology=shape.topology,
                     slice_index=index,
                     additional_networks=dcn.attachments if dcn else [],
-                    spot=cfg.spot,
+                    capacity=cfg.capacity,
+                    scale_to_zero=cfg.scale_to_zero_or_default,
                     **({"reservation": cfg.reservation} if cfg.reservation else {}),
+                    **({"max_run_duration_s": cfg.max_run_duration} if cfg.max_run_duration else {}),
                 ),
             )
             for index in range(cfg.num_slices)
@@ -112,7 +116,9 @@ with config_keys(cfg):
             dcn_interfaces=len(cidrs),
             image=cfg.ray_image,
             megascale_port=cfg.megascale_port,
-            spot=cfg.spot,
+            capacity=cfg.capacity,
+            scale_to_zero=cfg.scale_to_zero_or_default,
+            idle_timeout_s=cfg.idle_timeout_seconds,
             **({"compute_class": cfg.compute_class_name} if cfg.autopilot else {}),
         ),
         # Pods need the KSA, the bucket binding and their node pools before they can start.
@@ -146,7 +152,8 @@ pulumi.export("numSlices", cfg.num_slices)
 pulumi.export("hostsPerSlice", shape.hosts)
 pulumi.export("chipsPerHost", shape.chips_per_host)
 pulumi.export("chipsPerSlice", shape.chips)
-pulumi.export("spot", cfg.spot)
+pulumi.export("capacity", cfg.capacity)
+pulumi.export("scaleToZero", cfg.scale_to_zero_or_default)
 pulumi.export("elasticMinSlices", cfg.elastic_min)
 pulumi.export("runs", [
     {"name": run.spec.run_name, "submissionId": run.submission_id, "checkpointDir": run.checkpoint_dir} for run in runs

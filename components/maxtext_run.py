@@ -36,6 +36,7 @@ from components._args import integer
 from components._options import child_options, custom_resource
 from components.gcs_workload_identity import DEFAULT_NAMESPACE
 from core import code_archive
+from core.capacity import CAPACITY_MODES, DEFAULT_CAPACITY
 from core.errors import ConfigError
 from core.job_spec import DATA_MOUNT, JobSpec, build_job, declared_submission_id, entrypoint, run_location, runtime_env
 from core.naming import DNS_LABEL, RAY_CLUSTER_NAME, RAY_JOB_NAME
@@ -67,8 +68,10 @@ class MaxTextRunArgs(TypedDict):
     """Train on min_slices..num_slices slices, restarting on fewer after a lost slice. Default: the preset's."""
     min_slices: NotRequired[int]
     """Fewest slices of an elastic run. Default: 1."""
-    spot: NotRequired[bool]
-    """The slices are Spot VMs: a static run then restarts up to 3 times. Default: false."""
+    capacity: NotRequired[str]
+    """How the RayCluster's slices are obtained (core.capacity): on Spot a static run restarts up to 3 times. Default: on-demand."""
+    scale_to_zero: NotRequired[bool]
+    """The RayCluster scales its slices to zero: Ray Train waits minutes for them to start, not seconds. Default: false."""
     namespace: NotRequired[str]
     """Namespace of the RayCluster and the RayJob. Default: default."""
     active_deadline_seconds: NotRequired[int]
@@ -85,6 +88,8 @@ def build_run_job(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> JobS
         raise ConfigError(f"{prefix}preset", preset.name, "a TPU preset")
     if args.get("active_deadline_seconds") is not None:
         integer(args["active_deadline_seconds"], 1, None, f"{prefix}active_deadline_seconds")
+    if args.get("capacity", DEFAULT_CAPACITY) not in CAPACITY_MODES:
+        raise ConfigError(f"{prefix}capacity", args["capacity"], f"one of {', '.join(CAPACITY_MODES)}")
     return build_job(
         preset,
         base_output_directory=DATA_MOUNT + "/",
@@ -95,20 +100,21 @@ def build_run_job(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> JobS
         min_slices=int(args["min_slices"]) if args.get("min_slices") is not None else None,
         generation=args["generation"],
         topology=args["topology"],
-        spot=bool(args.get("spot", False)),
+        spot=args.get("capacity", DEFAULT_CAPACITY) == "spot",
         compilation_cache_dir=f"{DATA_MOUNT}/jax-cache",
     )
 
 
 def ray_job(
     spec: JobSpec, name: str, namespace: str, ray_cluster_name: str, code_digest: str,
-    active_deadline_seconds: Optional[int] = None, mount: str = DATA_MOUNT,
+    active_deadline_seconds: Optional[int] = None, mount: str = DATA_MOUNT, cold_start: bool = False,
 ) -> dict:
     """The RayJob manifest of a job (pure): what KubeRay submits to the RayCluster.
 
     ``mount``: where the Ray pods see the bucket that holds the code archive.
+    ``cold_start``: the RayCluster scales its slices to zero (core.job_spec.runtime_env).
     """
-    env = runtime_env(pythonpath=code_archive.archive_path(code_digest, mount))
+    env = runtime_env(pythonpath=code_archive.archive_path(code_digest, mount), cold_start=cold_start)
     command = entrypoint(spec)
     manifest: dict = {
         "apiVersion": "ray.io/v1",
@@ -163,7 +169,7 @@ class MaxTextRun(pulumi.ComponentResource):
             opts=child_options(self, opts),
         )
         manifest = ray_job(spec, args["run_name"], namespace, args["ray_cluster_name"], digest,
-                           args.get("active_deadline_seconds"))
+                           args.get("active_deadline_seconds"), cold_start=bool(args.get("scale_to_zero", False)))
         self.ray_job = custom_resource(
             f"{name}-rayjob",
             manifest,

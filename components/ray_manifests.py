@@ -53,7 +53,11 @@ class RayClusterSpec:
     xla_flags: tuple[str, ...] = TUTORIAL_XLA_FLAGS
     compute_class: Optional[str] = None
     """Autopilot: the ComputeClass that provisions the TPU nodes."""
-    spot: bool = False
+    capacity: str = "on-demand"
+    """How the slices' VMs are obtained (core.capacity): Spot slices are selected by their node label."""
+    scale_to_zero: bool = False
+    """KubeRay's autoscaler adds a slice when a job asks for one and removes it after ``idle_timeout_s``."""
+    idle_timeout_s: int = 600
     extra_worker_env: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -121,7 +125,7 @@ def compute_class(spec: RayClusterSpec) -> dict:
     As Google's DRANET sample for TPUs: the machine type in the priority, the
     accelerator and topology from the worker pods' node selectors.
     """
-    priority: dict = {"machineType": spec.shape.machine_type, "spot": spec.spot}
+    priority: dict = {"machineType": spec.shape.machine_type, "spot": spec.capacity == "spot"}
     if spec.dcn_interfaces:
         priority["acceleratorNetworkProfile"] = "auto"
     return {
@@ -185,9 +189,28 @@ def _worker_node_selector(spec: RayClusterSpec) -> dict:
     }
     if spec.compute_class:
         selector["cloud.google.com/compute-class"] = spec.compute_class
-    if spec.spot:
+    if spec.capacity == "spot":
         selector["cloud.google.com/gke-spot"] = "true"
     return selector
+
+
+AUTOSCALER_VERSION = "v1"
+"""KubeRay's autoscaler v1, which scales a TPU worker group by the resources a job asks for.
+
+Ray 2.60's JaxTrainer reserves a multi-host slice with a placement group on
+``TPU-<pod type>-head`` whose bundle also selects the node labels
+``ray.io/tpu-worker-id=0`` and ``ray.io/tpu-pod-type``. Ray sets those labels on
+a TPU node when it starts; the v2 autoscaler matches label selectors against a
+worker group's declared ``labels`` (``autoscaler/v2/scheduler.py``), and a
+group cannot declare a worker id that only its first host has, so v2 would
+never start a slice from zero replicas. v1 schedules by resources, and KubeRay's
+autoscaling config gives a TPU group ``TPU`` and ``TPU-<pod type>-head`` from the
+group's accelerator and topology node selectors, before any pod exists."""
+
+
+def autoscaler_options(spec: RayClusterSpec) -> dict:
+    """KubeRay's in-tree autoscaler: a slice (one replica, all its hosts) per pending reservation."""
+    return {"version": AUTOSCALER_VERSION, "upscalingMode": "Default", "idleTimeoutSeconds": spec.idle_timeout_s}
 
 
 def ray_cluster(spec: RayClusterSpec) -> dict:
@@ -216,11 +239,16 @@ def ray_cluster(spec: RayClusterSpec) -> dict:
         worker_pod["resourceClaims"] = [{"name": "netdev", "resourceClaimTemplateName": spec.claim_template_name}]
         worker_container["resources"]["claims"] = [{"name": "netdev"}]
 
+    cluster_spec: dict = {}
+    if spec.scale_to_zero:
+        cluster_spec = {"enableInTreeAutoscaling": True, "autoscalerOptions": autoscaler_options(spec)}
+    replicas = (0, 0, spec.num_slices) if spec.scale_to_zero else (spec.num_slices, spec.min_slices, spec.num_slices)
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
         "metadata": {"name": spec.name, "namespace": spec.namespace},
         "spec": {
+            **cluster_spec,
             "headGroupSpec": {
                 # ClusterIP only: the dashboard and Jobs API are reached by port-forward, never publicly.
                 "serviceType": "ClusterIP",
@@ -254,9 +282,9 @@ def ray_cluster(spec: RayClusterSpec) -> dict:
             "workerGroupSpecs": [
                 {
                     "groupName": WORKER_GROUP,
-                    "replicas": spec.num_slices,
-                    "minReplicas": spec.min_slices,
-                    "maxReplicas": spec.num_slices,
+                    "replicas": replicas[0],
+                    "minReplicas": replicas[1],
+                    "maxReplicas": replicas[2],
                     "numOfHosts": spec.shape.hosts,
                     "rayStartParams": {"metrics-export-port": "8082"},
                     "template": {"metadata": {"annotations": _pod_annotations()}, "spec": worker_pod},

@@ -15,6 +15,8 @@ from components.ray_manifests import (
     ray_cluster,
     resource_claim_template,
 )
+from core.capacity import CAPACITY_MODES, DEFAULT_CAPACITY, check_autopilot_capacity
+from core.errors import ConfigError
 from core.naming import DNS_LABEL, DNS_SUBDOMAIN, RAY_CLUSTER_NAME, RAY_TPU_CLUSTER_NAME
 from core.tpu_catalogue import DEFAULT_GENERATION, DEFAULT_TOPOLOGY, slice_shape
 
@@ -25,6 +27,9 @@ moving tag (pulled on every start); production stacks should pin a release or di
 DEFAULT_MEGASCALE_PORT = 9915
 DEFAULT_NUM_SLICES = 2
 """The tutorial's two slices."""
+DEFAULT_IDLE_TIMEOUT_S = 600
+"""Ten idle minutes before a slice goes: long enough to submit the next run without a cold start (minutes
+of TPU start-up and image pull), short enough to cost little (10 min of 2 x v6e-16 on demand: ~$14)."""
 
 
 class RayTpuClusterArgs(TypedDict):
@@ -54,8 +59,12 @@ class RayTpuClusterArgs(TypedDict):
     """MEGASCALE_PORT of the workers. Default: 9915, as in the tutorial."""
     compute_class: NotRequired[str]
     """Autopilot: name of the ComputeClass created here to provision the TPU nodes with DRANET."""
-    spot: NotRequired[bool]
-    """The slices are Spot VMs (the workers select Spot nodes). Default: false."""
+    capacity: NotRequired[str]
+    """How the slices' VMs are obtained (on-demand, spot, flex-start, reservation); Spot slices are selected by their node label. Default: on-demand."""
+    scale_to_zero: NotRequired[bool]
+    """KubeRay's autoscaler keeps 0 slices until a job asks for them (a worker-group replica is a whole slice) and removes them after idle_timeout_s. Default: false."""
+    idle_timeout_s: NotRequired[int]
+    """Seconds a slice may sit idle before the autoscaler removes it, when scale_to_zero. Default: 600."""
 
 
 def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") -> RayClusterSpec:
@@ -71,8 +80,12 @@ def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") 
     dcn_interfaces = integer(args.get("dcn_interfaces", nics), 0, nics, f"{prefix}dcn_interfaces")
     namespace = DNS_LABEL.check(args.get("namespace", DEFAULT_NAMESPACE), f"{prefix}namespace")
     service_account = DNS_SUBDOMAIN.check(args.get("service_account", DEFAULT_KSA_NAME), f"{prefix}service_account")
+    capacity = args.get("capacity", DEFAULT_CAPACITY)
+    if capacity not in CAPACITY_MODES:
+        raise ConfigError(f"{prefix}capacity", capacity, f"one of {', '.join(CAPACITY_MODES)}")
     if "compute_class" in args:
         DNS_LABEL.check(args["compute_class"], f"{prefix}compute_class")
+        check_autopilot_capacity(capacity, f"{prefix}capacity")
     return RayClusterSpec(
         name=name,
         namespace=namespace,
@@ -85,7 +98,9 @@ def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") 
         image=args.get("image", DEFAULT_IMAGE),
         megascale_port=integer(args.get("megascale_port", DEFAULT_MEGASCALE_PORT), 1024, 65535, f"{prefix}megascale_port"),
         compute_class=args.get("compute_class"),
-        spot=bool(args.get("spot", False)),
+        capacity=capacity,
+        scale_to_zero=bool(args.get("scale_to_zero", False)),
+        idle_timeout_s=integer(args.get("idle_timeout_s", DEFAULT_IDLE_TIMEOUT_S), 1, 86400, f"{prefix}idle_timeout_s"),
     )
 
 

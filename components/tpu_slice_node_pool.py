@@ -1,6 +1,5 @@
 """TpuSliceNodePool: one GKE node pool that is exactly one (multi-host) TPU slice."""
 
-import re
 from typing import NotRequired, Optional, Sequence, TypedDict
 
 import pulumi
@@ -9,12 +8,12 @@ import pulumi_gcp as gcp
 from components._options import child_options
 from components.dcn_networks import AdditionalNetwork
 from components.gke_cluster import CLOUD_PLATFORM_SCOPE
+from core.capacity import DEFAULT_CAPACITY, check_capacity, default_scale_to_zero
 from core.errors import ConfigError
-from core.naming import COMPUTE_NAME, GKE_NAME, PROJECT_ID
+from core.naming import COMPUTE_NAME, GKE_NAME
 from core.tpu_catalogue import DEFAULT_GENERATION, DEFAULT_TOPOLOGY, SliceShape, slice_shape
 
 DRANET_NODE_LABEL = "cloud.google.com/gke-networking-dra-driver"
-_SHARED_RESERVATION = re.compile(r"projects/([^/]+)/reservations/([^/]+)")
 
 
 class TpuSliceNodePoolArgs(TypedDict):
@@ -34,10 +33,14 @@ class TpuSliceNodePoolArgs(TypedDict):
     """Position of this slice among the stack's slices; only used for the default name. Default: 0."""
     additional_networks: NotRequired[Sequence[AdditionalNetwork]]
     """Additional node networks, one per DCN network (DcnNetworks.attachments); with them the pool is labelled for DRANET."""
-    spot: NotRequired[bool]
-    """Spot VMs (cheaper, preemptible); pair with elastic training. Default: false."""
+    capacity: NotRequired[str]
+    """How GKE obtains the VMs: on-demand, spot (pair with elastic training), flex-start (Dynamic Workload Scheduler) or reservation. Default: on-demand."""
     reservation: NotRequired[str]
-    """Consume this specific reservation (a name, or projects/<p>/reservations/<name> for a shared one). Default: none named."""
+    """The reservation capacity reservation consumes (a name, or projects/<p>/reservations/<name> for a shared one); required exactly then."""
+    scale_to_zero: NotRequired[bool]
+    """Autoscale the pool between 0 and the slice's hosts (GKE adds or removes the whole slice), so no VM is billed while no pod asks for one. Default: true for flex-start (required), false otherwise."""
+    max_run_duration_s: NotRequired[int]
+    """flex-start only: seconds after which GKE stops a node, at most 7 days (GKE's limit and default)."""
 
 
 def pool_name_for(shape: SliceShape, slice_index: int) -> str:
@@ -46,25 +49,6 @@ def pool_name_for(shape: SliceShape, slice_index: int) -> str:
 
 def workload_policy_name(pool_name: str) -> str:
     return f"{pool_name}-policy"
-
-
-def check_reservation(reservation: object, key: str) -> None:
-    """A reservation name, or ``projects/<project>/reservations/<name>`` for one shared from another project."""
-    name = reservation
-    if isinstance(reservation, str) and (shared := _SHARED_RESERVATION.fullmatch(reservation)):
-        if not PROJECT_ID.matches(shared.group(1)):
-            raise ConfigError(key, reservation, f"a project of the shared reservation that is {PROJECT_ID.what}")
-        name = shared.group(2)
-    if not COMPUTE_NAME.matches(name):
-        raise ConfigError(
-            key, reservation, f"a reservation name ({COMPUTE_NAME.description}) or projects/<project>/reservations/<name>"
-        )
-
-
-def check_capacity(spot: bool, reservation: Optional[str], key: str) -> None:
-    """Spot VMs cannot consume a reservation: asking for both is refused (``key`` names the reservation)."""
-    if spot and reservation:
-        raise ConfigError(key, reservation, "unset when spot is true: Spot VMs cannot consume a reservation")
 
 
 def check_network_count(shape: SliceShape, count: int, value: object, key: str) -> None:
@@ -76,6 +60,10 @@ def check_network_count(shape: SliceShape, count: int, value: object, key: str) 
         )
 
 
+def scale_to_zero_of(args: TpuSliceNodePoolArgs) -> bool:
+    return bool(args.get("scale_to_zero", default_scale_to_zero(args.get("capacity", DEFAULT_CAPACITY))))
+
+
 def check_args(args: TpuSliceNodePoolArgs, prefix: str = "TpuSliceNodePoolArgs.") -> SliceShape:
     """The rules on the arguments alone; returns the slice's shape."""
     shape = slice_shape(
@@ -84,9 +72,11 @@ def check_args(args: TpuSliceNodePoolArgs, prefix: str = "TpuSliceNodePoolArgs."
         key=f"{prefix}topology",
         generation_key=f"{prefix}generation",
     )
-    check_capacity(bool(args.get("spot")), args.get("reservation"), f"{prefix}reservation")
-    if args.get("reservation"):
-        check_reservation(args["reservation"], f"{prefix}reservation")
+    capacity = args.get("capacity", DEFAULT_CAPACITY)
+    check_capacity(
+        capacity, args.get("reservation"), scale_to_zero_of(args), args.get("max_run_duration_s"), shape.generation,
+        key=lambda name: f"{prefix}{name}",
+    )
     networks = args.get("additional_networks") or []
     check_network_count(shape, len(networks), len(networks), f"{prefix}additional_networks")
     pool = args.get("pool_name") or pool_name_for(shape, int(args.get("slice_index", 0)))
@@ -152,6 +142,9 @@ class TpuSliceNodePool(pulumi.ComponentResource):
                 ]
             )
 
+        capacity = args.get("capacity", DEFAULT_CAPACITY)
+        flex_start = capacity == "flex-start"
+        scale_to_zero = scale_to_zero_of(args)
         self.node_pool = gcp.container.NodePool(
             f"{name}-pool",
             name=pool_name,
@@ -159,8 +152,11 @@ class TpuSliceNodePool(pulumi.ComponentResource):
             cluster=cluster.name,
             location=cluster.location,
             node_locations=[zone],
-            # node_count, not initial_node_count: changing the latter replaces the pool (pulumi-gcp#412).
-            node_count=shape.hosts,
+            # node_count, not initial_node_count, for a fixed pool: changing the latter replaces the pool
+            # (pulumi-gcp#412). An autoscaled pool starts empty and the autoscaler owns its count.
+            node_count=None if scale_to_zero else shape.hosts,
+            initial_node_count=0 if scale_to_zero else None,
+            autoscaling=autoscaling(shape, flex_start) if scale_to_zero else None,
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=shape.machine_type,
                 advanced_machine_features=gcp.container.NodePoolNodeConfigAdvancedMachineFeaturesArgs(threads_per_core=1),
@@ -168,12 +164,16 @@ class TpuSliceNodePool(pulumi.ComponentResource):
                 labels={DRANET_NODE_LABEL: "true"} if networks else None,
                 oauth_scopes=[CLOUD_PLATFORM_SCOPE],
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
-                spot=args.get("spot") or None,
-                reservation_affinity=reservation_affinity(args.get("reservation"), bool(args.get("spot"))),
+                spot=True if capacity == "spot" else None,
+                flex_start=True if flex_start else None,
+                max_run_duration=f"{args['max_run_duration_s']}s" if args.get("max_run_duration_s") else None,
+                reservation_affinity=reservation_affinity(capacity, args.get("reservation")),
             ),
             network_config=network_config,
             placement_policy=placement,
-            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            # Flex-start nodes are not repaired (GKE would recreate them outside the request; xpk and
+            # Cluster Toolkit turn it off); every other slice keeps the tutorial's auto-repair.
+            management=gcp.container.NodePoolManagementArgs(auto_repair=not flex_start, auto_upgrade=True),
             opts=child,
         )
         self.pool_name = self.node_pool.name
@@ -190,22 +190,34 @@ class TpuSliceNodePool(pulumi.ComponentResource):
         )
 
 
-def reservation_affinity(
-    reservation: Optional[str], spot: bool
-) -> gcp.container.NodePoolNodeConfigReservationAffinityArgs:
+def autoscaling(shape: SliceShape, flex_start: bool) -> gcp.container.NodePoolAutoscalingArgs:
+    """From 0 to the slice's hosts: GKE scales a multi-host TPU pool as one slice, all hosts or none.
+
+    Per-zone counts (``min_node_count``/``max_node_count``), as Cluster Toolkit
+    uses for TPU flex-start (the ``total_*`` pair is refused there); the pool
+    has one zone, so they are the slice's counts. Flex-start takes capacity in
+    whichever way GKE finds it (``ANY``), as xpk's ``--flex`` does.
+    """
+    return gcp.container.NodePoolAutoscalingArgs(
+        min_node_count=0, max_node_count=shape.hosts, location_policy="ANY" if flex_start else None
+    )
+
+
+def reservation_affinity(capacity: str, reservation: Optional[str]) -> gcp.container.NodePoolNodeConfigReservationAffinityArgs:
     """Stated, never left to the API default: the field is ForceNew, so a read-back that differs would replace the slice.
 
-    A named reservation is consumed specifically; Spot VMs cannot consume
-    reservations (NO_RESERVATION); otherwise ANY_RESERVATION, the Compute
-    Engine default the tutorial's command gets: a matching reservation is used
-    when there is one, on-demand capacity when not.
+    ``reservation`` consumes the named one specifically; Spot VMs cannot
+    consume reservations and flex-start uses none (NO_RESERVATION); on-demand
+    gets ANY_RESERVATION, the Compute Engine default the tutorial's command
+    gets: a matching reservation is used when there is one, on-demand capacity
+    when not.
     """
-    if reservation:
+    if capacity == "reservation":
         return gcp.container.NodePoolNodeConfigReservationAffinityArgs(
             consume_reservation_type="SPECIFIC_RESERVATION",
             key="compute.googleapis.com/reservation-name",
             values=[reservation],
         )
     return gcp.container.NodePoolNodeConfigReservationAffinityArgs(
-        consume_reservation_type="NO_RESERVATION" if spot else "ANY_RESERVATION"
+        consume_reservation_type="ANY_RESERVATION" if capacity == "on-demand" else "NO_RESERVATION"
     )

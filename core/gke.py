@@ -27,6 +27,9 @@ DRANET_MIN_VERSION = {
 }
 """GKE-managed DRANET minimums (GKE "Allocate network resources with DRA")."""
 
+FLEX_START_TPU_MIN_VERSION = "1.33.0-gke.1712000"
+"""GKE's minimum for TPU node pools with flex-start (GKE "About flex-start"; GPUs: 1.32.2-gke.1652000)."""
+
 CLUSTER_MODES = ("standard", "autopilot")
 RELEASE_CHANNELS = ("UNSPECIFIED", "RAPID", "REGULAR", "STABLE", "EXTENDED")
 
@@ -69,12 +72,22 @@ def parse_version(text: object, key: str) -> GkeVersion:
     raise ConfigError(key, text, VERSION_FORMS)
 
 
-def check_dranet_floor(mode: str, version: GkeVersion, key: str) -> None:
-    """A version, or a whole minor, below the DRANET minimum of ``mode`` is refused."""
-    floor = parse_version(DRANET_MIN_VERSION[mode], key)
+def check_floor(version: GkeVersion, floor_text: str, needs: str, key: str) -> None:
+    """A version, or a whole minor, below ``floor_text`` is refused: ``needs`` says what needs it."""
+    floor = parse_version(floor_text, key)
     low = (version.major, version.minor) < (floor.major, floor.minor) if version.is_minor else version < floor
     if low:
-        raise ConfigError(key, str(version), f"{floor} or later: GKE-managed DRANET needs it in {mode} mode")
+        raise ConfigError(key, str(version), f"{floor} or later: {needs}")
+
+
+def check_dranet_floor(mode: str, version: GkeVersion, key: str) -> None:
+    """A version, or a whole minor, below the DRANET minimum of ``mode`` is refused."""
+    check_floor(version, DRANET_MIN_VERSION[mode], f"GKE-managed DRANET needs it in {mode} mode", key)
+
+
+def check_flex_start_floor(version: GkeVersion, key: str) -> None:
+    """TPU flex-start node pools need GKE's documented minimum."""
+    check_floor(version, FLEX_START_TPU_MIN_VERSION, "GKE provisions TPUs with flex-start from that version", key)
 
 
 def newest(versions: Sequence[str]) -> Optional[str]:

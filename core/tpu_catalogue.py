@@ -56,6 +56,10 @@ class TpuGeneration:
     """Extra gVNICs a multi-host VM offers for DCN (DRANET netdevs); 0 = no DRANET."""
     uses_workload_policy: bool = False
     """Multi-host placement goes through a workload policy, not COMPACT placement."""
+    flex_start: bool = False
+    """GKE can provision it with flex-start (Dynamic Workload Scheduler): GKE's "About
+    flex-start" page lists v5e, v5p and v6e zones, and says v3/v4 are not supported;
+    Ironwood is not listed there, so it is refused until it is."""
 
     @property
     def supports_dranet(self) -> bool:
@@ -101,6 +105,7 @@ GENERATIONS: dict[str, TpuGeneration] = {
             hbm_gib_per_chip=16,
             peak_bf16_tflops_per_chip=197,
             dcn_nics_per_host=0,
+            flex_start=True,
         ),
         TpuGeneration(
             name="v5p",
@@ -115,6 +120,7 @@ GENERATIONS: dict[str, TpuGeneration] = {
             hbm_gib_per_chip=95,
             peak_bf16_tflops_per_chip=459,
             dcn_nics_per_host=0,
+            flex_start=True,
         ),
         TpuGeneration(
             name="v6e",
@@ -133,6 +139,7 @@ GENERATIONS: dict[str, TpuGeneration] = {
             hbm_gib_per_chip=32,
             peak_bf16_tflops_per_chip=918,
             dcn_nics_per_host=2,
+            flex_start=True,
         ),
         TpuGeneration(
             name="tpu7x",

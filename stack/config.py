@@ -26,7 +26,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from components import dcn_networks, gcs_workload_identity, gke_cluster, ray_tpu_cluster, tpu_slice_node_pool
 from components.maxtext_run import MaxTextRunArgs, build_run_job
-from core import gke, naming
+from core import capacity as capacity_rules, gke, naming
 from core.errors import ConfigError
 from core.job_spec import JobSpec
 from core.maxtext import check_settings
@@ -35,6 +35,11 @@ from core.tpu_catalogue import SliceShape, slice_shape
 
 NAMESPACE = "gke-ray-tpu"
 GCP_KEYS = ("gcp:project", "gcp:region", "gcp:zone")
+RETIRED_KEYS = {
+    f"{NAMESPACE}:spot": f"{NAMESPACE}:capacity instead, which replaced it: `pulumi config rm {NAMESPACE}:spot`, then "
+    f"`pulumi config set {NAMESPACE}:capacity spot` for Spot slices (on-demand is the default)",
+}
+"""Keys older stacks set, and what to write instead."""
 
 _IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?")
 _MACHINE_TYPE = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)+")
@@ -302,11 +307,34 @@ class StackConfig(BaseModel):
         alias="gke-ray-tpu:elasticMinSlices",
         description="lower bound of elastic training (the RayCluster's `minReplicas`), 1 to `numSlices`; unset: `numSlices`",
     )
-    spot: Flag = Field(False, alias="gke-ray-tpu:spot", description="Spot TPU VMs (cheaper, preemptible); exclusive with `reservation`")
-    reservation: Annotated[Optional[Text], _rule(tpu_slice_node_pool.check_reservation)] = Field(
+    capacity: Annotated[str, BeforeValidator(_choice(*capacity_rules.CAPACITY_MODES))] = Field(
+        capacity_rules.DEFAULT_CAPACITY,
+        alias="gke-ray-tpu:capacity",
+        description="how GKE obtains the TPU VMs: `on-demand` (the tutorial's), `spot` (cheaper, preemptible), "
+        "`flex-start` (Dynamic Workload Scheduler: Standard only, v5e/v5p/v6e, GKE >= 1.33.0-gke.1712000, nodes "
+        "live at most 7 days) or `reservation` (consumes `reservation`)",
+    )
+    reservation: Annotated[Optional[Text], _rule(capacity_rules.check_reservation)] = Field(
         None,
         alias="gke-ray-tpu:reservation",
-        description="consume this reservation (a name, or `projects/<p>/reservations/<name>`); unset: any matching reservation, else on demand (Spot: none)",
+        description="the reservation `capacity: reservation` consumes (a name, or `projects/<p>/reservations/<name>`); required exactly then",
+    )
+    scale_to_zero: Optional[Flag] = Field(
+        None,
+        alias="gke-ray-tpu:scaleToZero",
+        description="slices exist only while a job asks for them: each pool autoscales 0 to its hosts and KubeRay's "
+        "autoscaler adds and removes whole slices; a run then waits minutes for its slices. Unset: true for "
+        "`flex-start` (required), false otherwise (a held slice starts runs at once; on demand, one released may not come back)",
+    )
+    idle_timeout_seconds: Annotated[int, BeforeValidator(_integer(60, 86400))] = Field(
+        ray_tpu_cluster.DEFAULT_IDLE_TIMEOUT_S,
+        alias="gke-ray-tpu:idleTimeoutSeconds",
+        description="with `scaleToZero`: idle seconds before KubeRay's autoscaler removes a slice, 60-86400",
+    )
+    max_run_duration: Annotated[Optional[int], BeforeValidator(_integer(1, capacity_rules.MAX_RUN_DURATION_S))] = Field(
+        None,
+        alias="gke-ray-tpu:maxRunDuration",
+        description="`flex-start` only: seconds after which GKE stops a TPU node, 1-604800 (unset: GKE's 7 days)",
     )
     bucket_name: Annotated[Text, _rule(naming.check_bucket_name)] = Field(
         alias="gke-ray-tpu:bucketName",
@@ -376,7 +404,16 @@ class StackConfig(BaseModel):
             )
         if self.zone is not None and not self.zone.startswith(self.region + "-"):
             raise ConfigError("gcp:zone", self.zone, f"a zone of gcp:region {self.region} (like {self.region}-b)")
-        tpu_slice_node_pool.check_capacity(self.spot, self.reservation, config_key("reservation"))
+        capacity_rules.check_capacity(
+            self.capacity, self.reservation, self.scale_to_zero_or_default, self.max_run_duration, shape.generation,
+            key=lambda name: config_key({"max_run_duration_s": "max_run_duration"}.get(name, name)),
+        )
+        if self.autopilot:
+            capacity_rules.check_autopilot_capacity(self.capacity, config_key("capacity"))
+        if self.capacity == "flex-start" and not self.existing_cluster_name:
+            gke.check_flex_start_floor(
+                gke.parse_version(self.cluster_version, config_key("cluster_version")), config_key("cluster_version")
+            )
         gke_cluster.check_release_channel(self.cluster_mode, self.release_channel, config_key("release_channel"))
         cidrs = self.dcn_cidrs_or_default
         tpu_slice_node_pool.check_network_count(shape, len(cidrs), list(cidrs), config_key("dcn_cidrs"))
@@ -421,6 +458,10 @@ class StackConfig(BaseModel):
         return dcn_networks.check_cidrs(self.dcn_cidrs, key=config_key("dcn_cidrs"))
 
     @property
+    def scale_to_zero_or_default(self) -> bool:
+        return self.scale_to_zero if self.scale_to_zero is not None else capacity_rules.default_scale_to_zero(self.capacity)
+
+    @property
     def elastic_min(self) -> int:
         return self.elastic_min_slices if self.elastic_min_slices is not None else self.num_slices
 
@@ -438,7 +479,8 @@ class StackConfig(BaseModel):
             overrides=run.overrides,
             elastic=run.elastic,
             min_slices=run.min_slices if run.min_slices is not None else self.elastic_min,
-            spot=self.spot,
+            capacity=self.capacity,
+            scale_to_zero=self.scale_to_zero_or_default,
             namespace=self.namespace,
         )
         if run.active_deadline_seconds is not None:
@@ -472,6 +514,9 @@ class StackConfig(BaseModel):
 def parse_stack_config(raw: Mapping[str, str]) -> StackConfig:
     """Validate the raw config of one stack (``{full key: string}``). Raises ConfigError on the first bad key."""
     ours = {key: value for key, value in raw.items() if key.startswith(NAMESPACE + ":") or key in GCP_KEYS}
+    for key, instead in RETIRED_KEYS.items():
+        if key in ours:
+            raise ConfigError(key, ours[key], instead)
     known = {field.alias for field in StackConfig.model_fields.values()}
     unknown = sorted(key for key in ours if key not in known)
     if unknown:
@@ -536,7 +581,10 @@ def component_keys(cfg: StackConfig) -> dict[str, str]:
         "DcnNetworksArgs.cidrs": key("dcn_cidrs"),
         "TpuSliceNodePoolArgs.generation": key("tpu_generation"),
         "TpuSliceNodePoolArgs.topology": key("tpu_topology"),
+        "TpuSliceNodePoolArgs.capacity": key("capacity"),
         "TpuSliceNodePoolArgs.reservation": key("reservation"),
+        "TpuSliceNodePoolArgs.scale_to_zero": key("scale_to_zero"),
+        "TpuSliceNodePoolArgs.max_run_duration_s": key("max_run_duration"),
         "TpuSliceNodePoolArgs.additional_networks": key("dcn_cidrs"),
         "GcsWorkloadIdentityArgs.bucket_name": key("bucket_name"),
         "GcsWorkloadIdentityArgs.namespace": key("namespace"),
@@ -553,6 +601,9 @@ def component_keys(cfg: StackConfig) -> dict[str, str]:
         "RayTpuClusterArgs.dcn_interfaces": key("dcn_cidrs"),
         "RayTpuClusterArgs.image": key("ray_image"),
         "RayTpuClusterArgs.megascale_port": key("megascale_port"),
+        "RayTpuClusterArgs.capacity": key("capacity"),
+        "RayTpuClusterArgs.scale_to_zero": key("scale_to_zero"),
+        "RayTpuClusterArgs.idle_timeout_s": key("idle_timeout_seconds"),
         **{f"MaxTextRunArgs.{field}": key("runs") for field in MaxTextRunArgs.__annotations__},
     }
 

@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional
 
 from core.errors import ConfigError
+from core.capacity import CAPACITY_MODES
 from core.estimates import CostEstimate, HbmBreakdown, estimate_cost, estimate_hbm_from_config, estimate_step_time
+from core.estimates.cost import CapacityCost, capacity_costs, format_capacity_costs
+from core.estimates.prices import cpu_machine_usd_per_hour
 from core.maxtext import BASE_DEFAULTS, Value
 from core.parallelism import check_elastic
 from core.presets import get_preset
@@ -80,7 +83,9 @@ def preflight(
             step = estimate_step_time(
                 model, cfg.shape, float(values["per_device_batch_size"]), int(values["max_target_length"])
             )
-            report.cost = estimate_cost(cfg.shape, cfg.num_slices, steps, step, spot=cfg.spot, region=cfg.region)
+            report.cost = estimate_cost(
+                cfg.shape, cfg.num_slices, steps, step, spot=cfg.capacity == "spot", region=cfg.region
+            )
         except ConfigError as error:
             report.warnings.append(f"no cost estimate: {error}")
     return report
@@ -140,3 +145,45 @@ def check_declared_runs(cfg: StackConfig, info: Callable[[str], None]) -> list[P
         info(f"Declared run {run.name} (preset {run.preset}):\n" + report.format())
         reports.append(report)
     return reports
+
+
+def stack_costs(cfg: StackConfig) -> list[CapacityCost]:
+    """The stack under every capacity mode its TPU generation allows (the CPU pool and the fee only where the stack owns them)."""
+    cpu = None if cfg.autopilot or cfg.existing_cluster_name else cpu_machine_usd_per_hour(cfg.cpu_machine_type)
+    modes = tuple(mode for mode in CAPACITY_MODES if mode != "flex-start" or cfg.shape.generation.flex_start)
+    return capacity_costs(
+        cfg.shape, cfg.num_slices, cfg.region,
+        scale_to_zero=cfg.scale_to_zero_or_default,
+        cpu_usd_per_hour=None if cpu is None else cpu * cfg.cpu_node_count,
+        cluster_fee=not cfg.existing_cluster_name,
+        modes=modes,
+        region_key="gcp:region",
+    )
+
+
+def check_idle_cost(cfg: StackConfig, info: Callable[[str], None], warn: Callable[[str], None]) -> list[CapacityCost]:
+    """Print what the stack costs idle and training per capacity mode; warn when it holds slices nothing declared uses."""
+    try:
+        costs = stack_costs(cfg)
+    except ConfigError as error:
+        warn(f"no cost per capacity mode: {error}")
+        return []
+    if cfg.autopilot:
+        pool = "the Ray head's Autopilot pod not priced"
+    elif cfg.existing_cluster_name:
+        pool = "the existing cluster's nodes and fee not counted"
+    elif costs[0].cpu_usd_per_hour is None:
+        pool = f"CPU pool of {cfg.cpu_machine_type} not priced (N1/N2 standard and highmem are)"
+    else:
+        pool = f"CPU pool {cfg.cpu_node_count} x {cfg.cpu_machine_type} ${costs[0].cpu_usd_per_hour:,.2f}/h, GKE fee $0.10/h"
+    what = f"{cfg.num_slices} x {cfg.shape.pod_type} = {cfg.num_slices * cfg.shape.chips} chips in {cfg.region}; {pool}"
+    info(format_capacity_costs(costs, cfg.capacity, what))
+    chosen = next(cost for cost in costs if cost.capacity == cfg.capacity)
+    if chosen.slices_billed_idle and cfg.capacity != "reservation" and not cfg.runs:
+        warn(
+            f"this stack holds its {cfg.num_slices * cfg.shape.chips} TPU chips while no run is declared: "
+            f"${chosen.idle_usd_per_hour:,.2f}/hour idle (${chosen.idle_usd_per_month:,.0f} a month); set "
+            f"{config_key('scale_to_zero')} true to pay for slices only while a run trains (each run then waits "
+            "minutes for its slices)"
+        )
+    return costs

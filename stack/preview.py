@@ -22,7 +22,7 @@ from core.job_spec import parse_overrides
 from core.maxtext import check_settings, render
 from stack.config import config_key, parse_stack_config
 from stack.mock_engine import REPO_ROOT, load_stack_file, run_offline
-from stack.preflight import planned_run, preflight
+from stack.preflight import check_idle_cost, planned_run, preflight
 from stack.resource_tree import manifests_yaml, render_tree
 
 
@@ -75,6 +75,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.section in ("all", "training"):
         settings = " ".join(f"{key}={render(value)}" for key, value in maxtext.items())
         sections.append(f"Planned run: {settings}\n" + report.format())
+        costs: list[str] = []
+        check_idle_cost(cfg, info=costs.append, warn=lambda message: costs.append(f"warning: {message}"))
+        sections.append("\n".join(costs))
     print("\n\n".join(sections))
     return 0 if report.ok else 1
 

@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.errors import ConfigError
-from stack.config import NAMESPACE, StackConfig, parse_stack_config
+from stack.config import NAMESPACE, RETIRED_KEYS, StackConfig, parse_stack_config
 from stack.mock_engine import OfflineRun, run_offline
 from stack.preflight import check_planned_run
 
 CONFIG_KEYS = {field.alias for field in StackConfig.model_fields.values()}
-KEYS = sorted(CONFIG_KEYS) + [f"{NAMESPACE}:typo"]
+KEYS = sorted(CONFIG_KEYS) + [f"{NAMESPACE}:typo", *RETIRED_KEYS]
 NAME_KEYS = [f"{NAMESPACE}:{k}" for k in ("clusterName", "rayClusterName", "namespace", "ksaName", "bucketName",
                                           "reservation", "existingClusterName")]
 
@@ -108,6 +108,37 @@ def violations(run: OfflineRun) -> list[str]:
         affinity = (inputs.get("nodeConfig") or {}).get("reservationAffinity") or {}
         for value in affinity.get("values", []):
             need(bool(GCE.fullmatch(value.rsplit("/", 1)[-1])), f"reservation {value!r}")
+        if kind == "gcp:container/nodePool:NodePool":
+            found.extend(capacity_violations(inputs, affinity))
+        if kind == "kubernetes:ray.io/v1:RayCluster":
+            for group in inputs["spec"]["workerGroupSpecs"]:
+                need(group["minReplicas"] <= group["replicas"] <= group["maxReplicas"], f"replicas of {group}")
+                if group["minReplicas"] == 0:
+                    need(inputs["spec"].get("enableInTreeAutoscaling") is True, "a group at 0 replicas nothing scales up")
+    return found
+
+
+def capacity_violations(pool: dict, affinity: dict) -> list[str]:
+    """GKE's rules for how a TPU pool gets its VMs (About flex-start; Spot VMs; consuming reservations)."""
+    node, found = pool["nodeConfig"], []
+    scaled = pool.get("autoscaling")
+    if node.get("spot") or node.get("flexStart"):
+        if affinity.get("consumeReservationType") != "NO_RESERVATION":
+            found.append(f"Spot or flex-start VMs consuming reservations: {affinity}")
+    if node.get("flexStart"):
+        if node.get("spot"):
+            found.append("flex-start and Spot together")
+        if pool.get("management", {}).get("autoRepair") is not False:
+            found.append("flex-start with auto-repair")
+        if not scaled or scaled.get("minNodeCount") != 0:
+            found.append(f"flex-start pool not autoscaled from 0: {scaled}")
+    if scaled:
+        if "nodeCount" in pool:
+            found.append("a fixed nodeCount on an autoscaled pool")
+        if "totalMinNodeCount" in scaled or "totalMaxNodeCount" in scaled:
+            found.append("total_* node counts on a TPU pool (per-zone counts only)")
+    if "maxRunDuration" in node and not node.get("flexStart"):
+        found.append("maxRunDuration without flex-start (this stack bounds flex-start nodes only)")
     return found
 
 
@@ -123,7 +154,8 @@ values = st.one_of(
     st.integers(min_value=-5, max_value=100).map(str),
     st.sampled_from(["true", "false", "standard", "autopilot", "v4", "v5e", "v5p", "v6e", "tpu7x", "2x2x2", "4x4",
                      "8x8", "retain", "force", "RAPID", "REGULAR", "UNSPECIFIED", "1.34", "1.35", "1.36", "1.37",
-                     "1.34.1-gke.1829001", "1.35.2-gke.1842000", "1.35.3-gke.1993000", "latest"]),
+                     "1.34.1-gke.1829001", "1.35.2-gke.1842000", "1.35.3-gke.1993000", "latest",
+                     "on-demand", "spot", "flex-start", "reservation", "3600", "604800", "604801", "1.32", "1.33"]),
     st.lists(st.sampled_from(["10.50.0.0/16", "10.60.0.0/16", "10.50.1.0/24", "192.168.0.0/30", "bad",
                               "0.0.0.0/0"]), max_size=3).map(json.dumps),
     st.sampled_from(["llama3-8b", "llama3-70b", "llama3-8b-elastic", "tiny-cpu"]),
@@ -161,7 +193,7 @@ def assert_names_a_config_key(error: ConfigError) -> None:
         base = base.split(".", 1)[0]
     if base.startswith(f"{NAMESPACE}:runs["):  # runs[1].overrides.steps, runs[0] (<key> of preset <p>)
         base = base.split("[", 1)[0]
-    assert base in CONFIG_KEYS or base == f"{NAMESPACE}:typo", error
+    assert base in CONFIG_KEYS or base == f"{NAMESPACE}:typo" or base in RETIRED_KEYS, error
     assert str(error).startswith(f"invalid config {error.key}=") and ": expected " in str(error)
 
 

@@ -83,7 +83,7 @@ def test_removing_a_run_deletes_its_rayjob_and_keeps_the_checkpoints(run_stack):
 
 
 def test_an_elastic_run_on_spot_slices(run_stack):
-    run = run_stack(spot="true", runs=json.dumps([{"name": "spot-8b", "preset": "llama3-8b-elastic",
+    run = run_stack(capacity="spot", runs=json.dumps([{"name": "spot-8b", "preset": "llama3-8b-elastic",
                                                    "activeDeadlineSeconds": 86400}]))
     spec = run.one(RAYJOB).inputs["spec"]
     validate_ray_job(run.one(RAYJOB).inputs)

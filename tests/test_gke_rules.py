@@ -117,10 +117,11 @@ def test_no_container_is_privileged(run_stack, mode):
     "changes, affinity",
     [
         ({}, {"consumeReservationType": "ANY_RESERVATION"}),
-        ({"spot": "true"}, {"consumeReservationType": "NO_RESERVATION"}),
-        ({"reservation": "trillium"}, {"consumeReservationType": "SPECIFIC_RESERVATION",
+        ({"capacity": "spot"}, {"consumeReservationType": "NO_RESERVATION"}),
+        ({"capacity": "flex-start"}, {"consumeReservationType": "NO_RESERVATION"}),
+        ({"capacity": "reservation", "reservation": "trillium"}, {"consumeReservationType": "SPECIFIC_RESERVATION",
                                        "key": "compute.googleapis.com/reservation-name", "values": ["trillium"]}),
-        ({"reservation": "projects/shared-tpus/reservations/trillium"},
+        ({"capacity": "reservation", "reservation": "projects/shared-tpus/reservations/trillium"},
          {"consumeReservationType": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",
           "values": ["projects/shared-tpus/reservations/trillium"]}),
     ],
@@ -170,10 +171,10 @@ def test_a_derived_firewall_name_over_63_is_refused_under_clustername():
 @pytest.mark.parametrize(
     "keys, config_key, component_check, component_key, expected",
     [
-        ({"spot": "true", "reservation": "r1"}, "gke-ray-tpu:reservation",
+        ({"capacity": "spot", "reservation": "r1"}, "gke-ray-tpu:reservation",
          lambda: __import__("components.tpu_slice_node_pool").tpu_slice_node_pool.check_args(
-             {"spot": True, "reservation": "r1"}),
-         "TpuSliceNodePoolArgs.reservation", "Spot VMs cannot consume a reservation"),
+             {"capacity": "spot", "reservation": "r1"}),
+         "TpuSliceNodePoolArgs.reservation", "only that mode consumes a named reservation (capacity is spot)"),
         ({"clusterMode": "autopilot", "releaseChannel": "UNSPECIFIED"}, "gke-ray-tpu:releaseChannel",
          lambda: __import__("components.gke_cluster").gke_cluster.check_args(
              {"cluster_name": "c", "location": "us-east5", "project": "p", "mode": "autopilot",

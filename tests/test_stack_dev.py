@@ -259,7 +259,8 @@ def test_stack_outputs_feed_the_submit_step(dev_run):
         "hostsPerSlice": 4,
         "chipsPerHost": 4,
         "chipsPerSlice": 16,
-        "spot": False,
+        "capacity": "on-demand",
+        "scaleToZero": False,
         "elasticMinSlices": 1,
         "runs": [{
             "name": "baseline-8b",

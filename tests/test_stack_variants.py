@@ -97,17 +97,17 @@ def test_v5p_with_dcn_networks_is_a_config_error(run_stack):
 
 
 def test_spot_slices_with_elastic_range(run_stack):
-    run = run_stack(spot="true", elasticMinSlices="1")
+    run = run_stack(capacity="spot", elasticMinSlices="1")
     for pool in tpu_pools(run):
         assert pool.inputs["nodeConfig"]["spot"] is True
         assert pool.inputs["nodeConfig"]["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
     group, _, _ = worker(run)
     assert group["template"]["spec"]["nodeSelector"]["cloud.google.com/gke-spot"] == "true"
-    assert run.outputs["spot"] is True
+    assert run.outputs["capacity"] == "spot"
 
 
 def test_reservation_is_consumed_specifically(run_stack):
-    run = run_stack(reservation="trillium-res")
+    run = run_stack(capacity="reservation", reservation="trillium-res")
     for pool in tpu_pools(run):
         assert pool.inputs["nodeConfig"]["reservationAffinity"] == {
             "consumeReservationType": "SPECIFIC_RESERVATION",
@@ -184,13 +184,6 @@ def test_bad_config_fails_before_any_resource(dev_config, key, value, message):
     run = OfflineRun()
     with pytest.raises(ConfigError, match=message):
         run_offline(config, run=run)
-    assert run.resources == []
-
-
-def test_spot_and_reservation_together_are_rejected(dev_config):
-    run = OfflineRun()
-    with pytest.raises(ConfigError, match=r"reservation='r1': expected unset when spot is true"):
-        run_offline({**dev_config, "gke-ray-tpu:spot": "true", "gke-ray-tpu:reservation": "r1"}, run=run)
     assert run.resources == []
 
 

@@ -150,7 +150,7 @@ def test_elastic_range_is_the_stacks_min_and_num_slices_in_hosts(outputs_with):
 
 
 def test_spot_stack_makes_a_static_run_restartable(outputs_with):
-    spot = outputs_with(spot=True)
+    spot = outputs_with(capacity="spot")
     p = plan(spot, "--preset", "llama3-8b")
     assert (p.spec.elastic, p.spec.failures_allowed, p.spec.maxtext["checkpoint_period"]) == (False, 3, 25)
     assert "--max-failures 3" in p.entrypoint
@@ -163,7 +163,7 @@ def test_spot_stack_makes_a_static_run_restartable(outputs_with):
     p = plan(spot, "--preset", "llama3-8b-elastic")
     assert (p.spec.failures_allowed, p.spec.maxtext["checkpoint_period"]) == (3, 25)
     # Not a Spot stack: a static run stays the tutorial's (max_failures=0).
-    assert plan(outputs_with(spot=False), "--preset", "llama3-8b").spec.failures_allowed == 0
+    assert plan(outputs_with(capacity="on-demand"), "--preset", "llama3-8b").spec.failures_allowed == 0
 
 
 def test_unique_run_name_and_its_submission_id(dev_outputs_file):

@@ -1,18 +1,32 @@
-"""Cost of the TPU slices per hour and for a planned run (an ESTIMATE).
+"""Cost of the TPU slices per hour and for a planned run (an ESTIMATE), and of the stack while idle.
 
 ``cost per hour = chips per slice x slices x price per chip-hour`` (prices in
 ``core.estimates.prices``, with their source and date). The run cost is
 ``steps x estimated step time`` at that rate: compute time only - no
 provisioning, image pull, XLA compilation, checkpoint writes or idle time,
 and no GKE cluster fee, CPU head node, disks or networking.
+
+:func:`capacity_costs` prices the whole stack per capacity mode: while no run
+trains (the slices it holds, the CPU pool, GKE's cluster fee) and while one
+does. Flex-start has no grounded TPU price here, so it is priced at the
+on-demand rate, an upper bound; a reservation is billed whether or not nodes
+use it, so its slices count as idle cost even when the stack scales to zero.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from core.errors import ConfigError
-from core.estimates.prices import DEFAULT_REGION, ChipPrice, chip_price
+from core.capacity import CAPACITY_MODES
+from core.estimates.prices import (
+    DEFAULT_REGION,
+    GKE_CLUSTER_FEE_USD_PER_HOUR,
+    HOURS_PER_MONTH,
+    ChipPrice,
+    chip_price,
+)
 from core.tpu_catalogue import SliceShape
 
 
@@ -109,3 +123,76 @@ def estimate_cost(
         steps=steps,
         step_time_s=float(seconds),
     )
+
+
+@dataclass(frozen=True)
+class CapacityCost:
+    """What a stack costs per hour under one capacity mode (an ESTIMATE from list prices)."""
+
+    capacity: str
+    tpu_usd_per_hour: float
+    """All the stack's slices running."""
+    slices_billed_idle: bool
+    """The slices are billed while no run trains: held (no scale to zero) or reserved."""
+    cpu_usd_per_hour: Optional[float]
+    """The CPU pool (None: its machine type is not in the price table)."""
+    fee_usd_per_hour: float
+
+    @property
+    def idle_usd_per_hour(self) -> float:
+        return (self.tpu_usd_per_hour if self.slices_billed_idle else 0.0) + (self.cpu_usd_per_hour or 0.0) + self.fee_usd_per_hour
+
+    @property
+    def training_usd_per_hour(self) -> float:
+        return self.tpu_usd_per_hour + (self.cpu_usd_per_hour or 0.0) + self.fee_usd_per_hour
+
+    @property
+    def idle_usd_per_month(self) -> float:
+        return self.idle_usd_per_hour * HOURS_PER_MONTH
+
+
+def capacity_costs(
+    shape: SliceShape,
+    num_slices: int,
+    region: str,
+    *,
+    scale_to_zero: bool,
+    cpu_usd_per_hour: Optional[float],
+    cluster_fee: bool,
+    modes: tuple[str, ...] = CAPACITY_MODES,
+    region_key: str = "region",
+) -> list[CapacityCost]:
+    """The stack under each mode of ``modes``; flex-start always scales to zero, a reservation is always billed."""
+    price = chip_price(shape.generation.name, region, region_key=region_key)
+    chips = shape.chips * num_slices
+    fee = GKE_CLUSTER_FEE_USD_PER_HOUR if cluster_fee else 0.0
+    return [
+        CapacityCost(
+            capacity=mode,
+            tpu_usd_per_hour=chips * price.usd_per_chip_hour(mode == "spot"),
+            slices_billed_idle=mode == "reservation" or (mode != "flex-start" and not scale_to_zero),
+            cpu_usd_per_hour=cpu_usd_per_hour,
+            fee_usd_per_hour=fee,
+        )
+        for mode in modes
+    ]
+
+
+def format_capacity_costs(costs: list[CapacityCost], chosen: str, what: str) -> str:
+    """A table a reviewer reads: idle and training USD per hour, and a month left idle, per mode."""
+    lines = [
+        f"Stack cost per capacity mode ({what}; ESTIMATE from list prices):",
+        f"  {'capacity':<13} {'TPU slices idle':<17} {'idle $/h':>9} {'training $/h':>13} {'idle month $':>13}",
+    ]
+    for cost in costs:
+        idle_state = "billed (held)" if cost.slices_billed_idle else "none (scaled 0)"
+        if cost.capacity == "reservation":
+            idle_state = "billed (reserved)"
+        mark = "*" if cost.capacity == chosen else " "
+        lines.append(
+            f"{mark} {cost.capacity:<13} {idle_state:<17} {cost.idle_usd_per_hour:>9,.2f} "
+            f"{cost.training_usd_per_hour:>13,.2f} {cost.idle_usd_per_month:>13,.0f}"
+        )
+    lines.append("  * this stack. flex-start is priced at the on-demand rate (an upper bound: no grounded flex-start TPU "
+                 "price); spot at today's Spot rate, which moves.")
+    return "\n".join(lines)

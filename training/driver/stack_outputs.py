@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.capacity import CAPACITY_MODES
 from core.errors import ConfigError
 from core.tpu_catalogue import slice_shape
 
@@ -37,8 +38,14 @@ class StackOutputs:
     chips_per_host: int
     chips_per_slice: int
     elastic_min_slices: int
-    spot: bool
-    """The slices are Spot VMs: the job must expect to lose one and restart."""
+    capacity: str
+    """How the slices' VMs are obtained (core.capacity): on Spot the job must expect to lose one and restart."""
+    scale_to_zero: bool
+    """The cluster keeps no slice while idle: a job waits minutes for its slices to start."""
+
+    @property
+    def spot(self) -> bool:
+        return self.capacity == "spot"
 
 
 _FIELDS = {
@@ -55,7 +62,8 @@ _FIELDS = {
     "chipsPerHost": ("chips_per_host", int),
     "chipsPerSlice": ("chips_per_slice", int),
     "elasticMinSlices": ("elastic_min_slices", int),
-    "spot": ("spot", bool),
+    "capacity": ("capacity", str),
+    "scaleToZero": ("scale_to_zero", bool),
 }
 
 
@@ -78,6 +86,8 @@ def from_mapping(raw: object, source: str) -> StackOutputs:
     outputs = StackOutputs(**values)
     if not 1 <= outputs.ray_dashboard_port <= 65535:
         raise ConfigError(f"{source}: rayDashboardPort", outputs.ray_dashboard_port, "a TCP port (1-65535)")
+    if outputs.capacity not in CAPACITY_MODES:
+        raise ConfigError(f"{source}: capacity", outputs.capacity, f"one of {', '.join(CAPACITY_MODES)}")
     shape = slice_shape(outputs.tpu_generation, outputs.topology, key=f"{source}: topology")
     derived = {
         "acceleratorType": (outputs.accelerator_type, shape.generation.ray_accelerator_type),

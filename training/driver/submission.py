@@ -80,7 +80,7 @@ def for_cluster(request: SubmitRequest, outputs: StackOutputs) -> Submission:
     return Submission(
         spec=spec,
         entrypoint=entrypoint(spec),
-        runtime_env=runtime_env(py_modules=SHIPPED),
+        runtime_env=runtime_env(py_modules=SHIPPED, cold_start=outputs.scale_to_zero),
         checkpoints=run_location(spec, "checkpoints", outputs.bucket_name),
         run_dir=out_dir / spec.run_name,
     )
