@@ -97,7 +97,8 @@ class FakeJobsClient:
                 "Please use a different submission_id."
             )
         self.jobs[submission_id] = self.final
-        self.submitted.append(dict(submission_id=submission_id, entrypoint=entrypoint, metadata=metadata))
+        self.submitted.append(dict(submission_id=submission_id, entrypoint=entrypoint, metadata=metadata,
+                                   runtime_env=runtime_env))
         if self.lose_submit_response:
             self.lose_submit_response = False
             raise ConnectionResetError(104, "Connection reset by peer")

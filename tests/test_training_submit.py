@@ -524,6 +524,44 @@ MAXTEXT_025_LINE = (
 )
 
 
+COLD_START_LOG = (
+    "(TrainController pid=7) Attempting to start training worker group of size 8 with the following resources: "
+    "[{'TPU': 4}] * 8\n"
+    "(TrainController pid=7) Using SlicePlacementGroup utility to reserve 2 slice(s) with topology '4x4'...\n"
+    "(TrainController pid=7) The worker group startup timed out after 900.0 seconds waiting for 8 workers. "
+    "Potential causes include: ...\n"
+) + STEPS_LOG
+
+
+def test_a_scale_to_zero_stack_shows_it_waits_for_tpu_slices(capsys, tmp_path, dev_outputs, fake_cluster):
+    cluster = fake_cluster(FakeJobsClient(log=COLD_START_LOG))
+    outputs = write(tmp_path, {**dev_outputs, "capacity": "flex-start", "scaleToZero": True})
+    rc, err = run_cli(capsys, "--outputs-file", outputs, "run_name=r")
+    assert rc == 0, err
+    lines = err.splitlines()
+    waits = [line for line in lines if "TPU slices" in line]
+    assert waits == [
+        "[submit] this cluster scales its TPU slices to zero: a run's first step waits for its v6e-16 slices to start "
+        "(minutes; Ray Train waits 900 s for them, then asks again)",
+        "[submit] waiting for TPU slices: Ray Train reserves 2 slice(s) of 4x4; slices that are not running yet are "
+        "started by the autoscalers (minutes)",
+        "[submit] still waiting for TPU slices after 900 s (8 workers): Ray Train asks again; check the node pools' "
+        "scale-up events if this repeats",
+    ]
+    assert lines.index(waits[-1]) < next(i for i, line in enumerate(lines) if "step 1/" in line)
+    # The job waits minutes for its slices: the cold-start timeouts are in its runtime env.
+    [job] = cluster.submitted
+    assert job["runtime_env"]["env_vars"]["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] == "900"
+
+
+def test_a_stack_that_holds_its_slices_submits_with_the_recovery_tuning(capsys, tmp_path, dev_outputs, fake_cluster):
+    cluster = fake_cluster(FakeJobsClient(log=STEPS_LOG))
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "run_name=r")
+    assert rc == 0 and "TPU slices" not in err
+    [job] = cluster.submitted
+    assert job["runtime_env"]["env_vars"]["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] == "20"
+
+
 def test_parse_the_tutorial_and_maxtext_025_lines():
     m = parse_line(TUTORIAL_LINE)
     assert (m.step, m.seconds, m.tflops_per_device, m.tokens_per_device, m.loss) == (99, 0.693, 83.171, 11819.175, 0.334)

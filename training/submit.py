@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from core.errors import ConfigError
-from core.job_spec import JobSpec, run_location
+from core.job_spec import COLD_START_TIMEOUT_S, JobSpec, run_location
+from core.tpu_catalogue import slice_shape
 from training.driver import retry, stack_outputs
 from training.driver.display import PlainDisplay, for_stream
 from training.driver.errors import ClusterError
@@ -139,6 +140,12 @@ def _run(request: SubmitRequest, outputs, submission: Optional[Submission]) -> i
         log(f"run_name={run_name} (pass run_name={run_name} to follow or resume this run)")
         for note in submission.spec.notes:
             log(note)
+    if outputs is not None and outputs.scale_to_zero:
+        pod_type = slice_shape(outputs.tpu_generation, outputs.topology).pod_type
+        log(
+            f"this cluster scales its TPU slices to zero: a run's first step waits for its {pod_type} slices to start "
+            f"(minutes; Ray Train waits {COLD_START_TIMEOUT_S} s for them, then asks again)"
+        )
     started = time.monotonic()
     workers = submission.spec.slices if submission else LOCAL_WORKERS
     with job_client(request, outputs, workers, log) as client, JobsApi(client, log) as api:

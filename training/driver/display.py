@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Optional, TextIO
 
-from training.driver.progress import News, Restarted, Restored, StepMetrics
+from training.driver.progress import News, Restarted, Restored, StepMetrics, StillWaiting, WaitingForSlices
 
 PREFIX = "[submit]"
 
@@ -72,7 +72,9 @@ class BarDisplay(PlainDisplay):
                 parts.append(f"{item.seconds:.3f} s/step")
             self.bar.update(self.task, completed=item.step + 1, metrics="  ".join(parts))
             return
-        if isinstance(item, Restarted):
+        if isinstance(item, (WaitingForSlices, StillWaiting)):
+            self.bar.update(self.task, metrics="waiting for TPU slices")
+        elif isinstance(item, Restarted):
             self.restarts += 1
         elif isinstance(item, Restored):
             self.restores += 1

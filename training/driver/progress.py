@@ -29,6 +29,8 @@ _GROUP = re.compile(r"Started training worker group of size (\d+)")
 _MEMBER = re.compile(r"- \(ip=[^,)]+, pid=(\d+)\) world_rank=(\d+)")
 _WORKER_PID = re.compile(r"\(RayTrainWorker pid=(\d+)")
 _RESTORE = re.compile(r"restoring from this run's directory step (\d+)")
+_RESERVE = re.compile(r"Using SlicePlacementGroup utility to reserve (\d+) slice\(s\) with topology '([^']+)'")
+_START_TIMEOUT = re.compile(r"worker group startup timed out after ([\d.]+) seconds waiting for (\d+) workers")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _PREFIX = re.compile(r"^\((?:\w+ )?pid=[^)]*\)\s*")
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)\b(?::.*)?$")
@@ -97,7 +99,35 @@ class Restored:
         )
 
 
-News = StepMetrics | Restarted | Restored
+@dataclass(frozen=True)
+class WaitingForSlices:
+    """News: Ray Train is reserving TPU slices for a worker group (on a cluster that scales to zero, they start now)."""
+
+    slices: int
+    topology: str
+
+    def describe(self, total_steps: int | None = None) -> str:
+        return (
+            f"waiting for TPU slices: Ray Train reserves {self.slices} slice(s) of {self.topology}; "
+            "slices that are not running yet are started by the autoscalers (minutes)"
+        )
+
+
+@dataclass(frozen=True)
+class StillWaiting:
+    """News: the worker group's resources did not come in time; Ray Train asks again (not a failure)."""
+
+    seconds: float
+    workers: int
+
+    def describe(self, total_steps: int | None = None) -> str:
+        return (
+            f"still waiting for TPU slices after {self.seconds:.0f} s ({self.workers} workers): Ray Train asks "
+            "again; check the node pools' scale-up events if this repeats"
+        )
+
+
+News = StepMetrics | Restarted | Restored | WaitingForSlices | StillWaiting
 
 
 def parse_line(line: str) -> StepMetrics | None:
@@ -168,6 +198,10 @@ class Progress:
             first = not group.ranks
             group.ranks[pid] = int(m.group(2))
             return [Restarted(group.number, group.workers)] if first and group.number > 1 else []
+        if m := _RESERVE.search(line):
+            return [WaitingForSlices(int(m.group(1)), m.group(2))]
+        if m := _START_TIMEOUT.search(line):
+            return [StillWaiting(float(m.group(1)), int(m.group(2)))]
         if m := _RESTORE.search(line):
             group = self._group_of(line)
             first = group.restored_step is None
