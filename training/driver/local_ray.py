@@ -68,11 +68,23 @@ class LocalRayHead:
 
     def _start(self) -> None:
         ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS))))
+        self.address = f"http://127.0.0.1:{ports['--dashboard-port']}"
+        self.gcs_address = f"127.0.0.1:{ports['--port']}"
         # Ray's unix sockets live under the temp dir; their paths must stay short.
         self._temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
-        bin_dir = Path(sys.executable).parent
-        cmd = [
-            str(bin_dir / "ray"), "start", "--head", "--block",
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:
+            # Started outside the caller's directory, so a job finds only the code its runtime env ships.
+            self._proc = subprocess.Popen(
+                self._command(ports), stdout=log, stderr=subprocess.STDOUT, env=self._env(),
+                start_new_session=True, cwd=self._temp_dir,
+            )
+        self._wait_ready()
+
+    def _command(self, ports: dict[str, int]) -> list[str]:
+        """``ray start --head`` on 127.0.0.1 and ``ports`` (a subclass adds flags)."""
+        return [
+            str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
             "--node-ip-address=127.0.0.1",
             "--dashboard-host=127.0.0.1",
             "--include-dashboard=true",
@@ -82,22 +94,17 @@ class LocalRayHead:
             "--disable-usage-stats",
             *(f"{flag}={port}" for flag, port in ports.items()),
         ]
-        # The job's entry point and the workers must find this venv's python.
-        env = dict(
+
+    def _env(self) -> dict[str, str]:
+        """The head's environment, which every Ray process it starts inherits (a subclass adds to it)."""
+        bin_dir = Path(sys.executable).parent
+        return dict(
             os.environ,
+            # The job's entry point and the workers must find this venv's python.
             PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
             # A throwaway head has nothing to drain; the default makes stop() take 30 s.
             RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0",
         )
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log:
-            # Started outside the caller's directory, so a job finds only the code its runtime env ships.
-            self._proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=self._temp_dir
-            )
-        self.address = f"http://127.0.0.1:{ports['--dashboard-port']}"
-        self.gcs_address = f"127.0.0.1:{ports['--port']}"
-        self._wait_ready()
 
     def _wait_ready(self) -> None:
         import requests

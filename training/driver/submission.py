@@ -86,7 +86,8 @@ def for_cluster(request: SubmitRequest, outputs: StackOutputs) -> Submission:
     )
 
 
-def for_local(request: SubmitRequest) -> Submission:
+def for_local(request: SubmitRequest, cold_start: bool = False) -> Submission:
+    """``cold_start``: the Ray cluster at ``request.address`` scales its workers to zero (see ``runtime_env``)."""
     preset = get_preset(request.preset or "tiny-cpu")
     if preset.backend != "cpu":
         raise ConfigError("--preset", preset.name, "a CPU preset for --local (tiny-cpu)")
@@ -119,7 +120,7 @@ def for_local(request: SubmitRequest) -> Submission:
         spec=spec,
         # The driver runs on this machine: this interpreter, not whatever `python` is on PATH.
         entrypoint=entrypoint(spec, python=shlex.quote(sys.executable)),
-        runtime_env=runtime_env(py_modules=SHIPPED),
+        runtime_env=runtime_env(py_modules=SHIPPED, cold_start=cold_start),
         checkpoints=run_location(spec, "checkpoints"),
         run_dir=out_dir / spec.run_name,
     )
