@@ -72,12 +72,6 @@ FAKE_CLUSTER_ENV = {
     # AutoscalingCluster's: an autoscaler update every second, not every 5.
     "AUTOSCALER_UPDATE_INTERVAL_S": "1",
 }
-LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-"""Ray's single-machine mode (the default on macOS and Windows): 127.0.0.1 is this host's address
-wherever Ray would take the outward one. (It also makes ``ray start --address`` refuse to join a
-node; the provider does not start its nodes that way.)"""
-
-
 class _AutoscalingHead(LocalRayHead):
     """A ``LocalRayHead`` whose monitor runs the autoscaler on ``config`` with the fake provider."""
 
@@ -94,7 +88,9 @@ class _AutoscalingHead(LocalRayHead):
         return [*super()._command(ports), f"--autoscaling-config={path}"]
 
     def _env(self) -> dict[str, str]:
-        return {**super()._env(), **FAKE_CLUSTER_ENV, **LOOPBACK_ENV}
+        # The base head is in Ray's single-machine mode (all on 127.0.0.1); the fake provider
+        # starts its nodes as processes of this host, not with `ray start --address`.
+        return {**super()._env(), **FAKE_CLUSTER_ENV}
 
 
 class LocalAutoscalingCluster(AutoscalingCluster):

@@ -23,6 +23,9 @@ from pathlib import Path
 
 from training.driver.errors import ClusterError
 
+SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Ray's switch for multi-node clusters (``ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR``); "0" keeps a node on loopback."""
+
 _PORT_FLAGS = (
     "--port",
     "--dashboard-port",
@@ -46,8 +49,9 @@ def free_ports(count: int) -> list[int]:
 class LocalRayHead:
     """``with LocalRayHead(num_cpus=2, log_path=...) as head:`` then use ``head.address``."""
 
-    def __init__(self, num_cpus: int, log_path: Path, startup_timeout_s: float = 120.0):
+    def __init__(self, num_cpus: int, log_path: Path, startup_timeout_s: float = 120.0, multi_node: bool = False):
         self.num_cpus = num_cpus
+        self.multi_node = multi_node
         self.log_path = log_path
         self.startup_timeout_s = startup_timeout_s
         self._proc: subprocess.Popen | None = None
@@ -98,12 +102,27 @@ class LocalRayHead:
     def _env(self) -> dict[str, str]:
         """The head's environment, which every Ray process it starts inherits (a subclass adds to it)."""
         bin_dir = Path(sys.executable).parent
+        # Ray's dashboard looks for ~/ray_bootstrap_config.yaml to report which cloud it runs on and,
+        # without one, asks the cloud metadata servers (169.254.169.254), usage stats disabled or not
+        # (UsageStatsHead.run). A local head has one in its own home: nothing leaves the machine.
+        home = Path(self._temp_dir)
+        (home / "ray_bootstrap_config.yaml").write_text("provider:\n  type: local\n")
         return dict(
             os.environ,
+            HOME=str(home),
+            # With usage stats off, the dashboard still tells usage-stats.ray.io so; here it tells
+            # a closed port of this machine instead.
+            RAY_USAGE_STATS_ENABLED="0",
+            RAY_USAGE_STATS_REPORT_URL="http://127.0.0.1:9/",
             # The job's entry point and the workers must find this venv's python.
             PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
             # A throwaway head has nothing to drain; the default makes stop() take 30 s.
             RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0",
+            # `ray start` swaps --node-ip-address=127.0.0.1 for the machine's outward address
+            # (services.resolve_ip_for_localhost) unless Ray is in its single-machine mode, which
+            # this selects: every process of the head then uses 127.0.0.1. A head that other nodes
+            # join (multi_node) cannot have it: Ray then refuses `ray start --address`.
+            **({} if self.multi_node else {SINGLE_MACHINE_ENV: "0"}),
         )
 
     def _wait_ready(self) -> None:
@@ -188,6 +207,8 @@ class LocalRayNode:
             return None
 
     def _start(self) -> None:
+        if not self.head.multi_node:
+            raise ClusterError("a LocalRayNode joins a LocalRayHead(multi_node=True) only (Ray's single-machine mode refuses it)")
         deadline = time.monotonic() + self.startup_timeout_s
         while (before := self._alive_nodes()) is None and time.monotonic() < deadline:
             time.sleep(0.5)
