@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from components.gcs_workload_identity import check_args as check_storage_args
 from components.ray_manifests import port_use
 from components.ray_tpu_cluster import spec_from_args
 from core.errors import ConfigError
@@ -246,6 +247,12 @@ def test_the_ray_cluster_component_alone_refuses_an_empty_image():
     with pytest.raises(ConfigError) as error:
         spec_from_args({"bucket_name": "b", "image": ""})
     assert error.value.key == "RayTpuClusterArgs.image"
+
+
+def test_the_storage_component_alone_refuses_a_service_account_every_namespace_has():
+    with pytest.raises(ConfigError) as error:
+        check_storage_args({"bucket_name": "my-ckpt", "ksa_name": "default"})
+    assert error.value.key == "GcsWorkloadIdentityArgs.ksa_name"
 
 
 def test_errors_raised_inside_components_name_the_config_key(dev_config):
