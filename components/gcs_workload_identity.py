@@ -52,10 +52,18 @@ def check_subject(namespace: str, ksa_name: str, key: str) -> None:
         )
 
 
+def check_ksa_name(ksa_name: object, key: str) -> str:
+    """A service account this component can create: the API refuses to create one that exists."""
+    name = DNS_SUBDOMAIN.check(ksa_name, key)
+    if name == "default":
+        raise ConfigError(key, name, "a name of its own: every namespace already has a `default` service account")
+    return name
+
+
 def check_args(args: GcsWorkloadIdentityArgs, prefix: str = "GcsWorkloadIdentityArgs.") -> None:
     check_bucket_name(args["bucket_name"], f"{prefix}bucket_name")
     namespace = DNS_LABEL.check(args.get("namespace", DEFAULT_NAMESPACE), f"{prefix}namespace")
-    ksa_name = DNS_SUBDOMAIN.check(args.get("ksa_name", DEFAULT_KSA_NAME), f"{prefix}ksa_name")
+    ksa_name = check_ksa_name(args.get("ksa_name", DEFAULT_KSA_NAME), f"{prefix}ksa_name")
     check_subject(namespace, ksa_name, f"{prefix}ksa_name")
     deletion = args.get("bucket_deletion", DEFAULT_BUCKET_DELETION)
     if deletion not in BUCKET_DELETION_POLICIES:

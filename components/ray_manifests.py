@@ -14,7 +14,24 @@ from typing import Any, Optional
 from core.job_spec import DATA_MOUNT
 from core.tpu_catalogue import SliceShape
 
+GCS_PORT = 6379
 DASHBOARD_PORT = 8265
+CLIENT_PORT = 10001
+WORKER_METRICS_EXPORT_PORT = 8082
+RAY_WORKER_PORTS = range(10002, 20000)
+"""``ray start``'s default --min-worker-port/--max-worker-port: a port for each Ray worker process (the
+Ray Train workers that run MaxText among them), on every pod."""
+RAY_RANDOM_PORTS = range(32768, 65536)
+"""Where the ports Ray leaves unset land: the node manager, object manager, runtime env and dashboard agents
+(52365 by default) and the JAX coordinator of Ray Train. Ray picks them at random from the kernel's first
+ephemeral port (Linux: 32768) up, so any port here may be taken before the workers' JAX starts."""
+POD_PORTS = {
+    GCS_PORT: "the head's GCS server",
+    WORKER_METRICS_EXPORT_PORT: "the workers' metrics export port",
+    DASHBOARD_PORT: "the head's dashboard and Jobs API",
+    CLIENT_PORT: "the head's Ray client server",
+}
+"""The fixed ports the RayCluster's pods listen on (this module's manifest sets them)."""
 WORKER_GROUP = "tpu-group"
 NETDEV_DEVICE_CLASS = "netdev.google.com"
 GCS_FUSE_MOUNT_OPTIONS = "implicit-dirs,uid=1000,gid=1000,dir-mode=775,file-mode=664,file-cache:max-size-mb:-1"
@@ -68,6 +85,17 @@ class RayClusterSpec:
     def head_service(self) -> str:
         """The Service KubeRay creates for the head pod."""
         return f"{self.name}-head-svc"
+
+
+def port_use(port: int) -> Optional[str]:
+    """What of Ray may already listen on ``port`` in the RayCluster's pods; None: nothing this module knows of."""
+    if port in POD_PORTS:
+        return POD_PORTS[port]
+    if port in RAY_WORKER_PORTS:
+        return "in Ray's worker port range"
+    if port in RAY_RANDOM_PORTS:
+        return "in the range Ray picks its other ports from at random"
+    return None
 
 
 def image_pull_policy(image: str) -> str:
@@ -263,9 +291,9 @@ def ray_cluster(spec: RayClusterSpec) -> dict:
                                 "image": spec.image,
                                 "imagePullPolicy": image_pull_policy(spec.image),
                                 "ports": [
-                                    {"containerPort": 6379, "name": "gcs-server"},
+                                    {"containerPort": GCS_PORT, "name": "gcs-server"},
                                     {"containerPort": DASHBOARD_PORT, "name": "dashboard"},
-                                    {"containerPort": 10001, "name": "client"},
+                                    {"containerPort": CLIENT_PORT, "name": "client"},
                                 ],
                                 "resources": {
                                     "limits": {"memory": spec.head_memory},
@@ -286,7 +314,7 @@ def ray_cluster(spec: RayClusterSpec) -> dict:
                     "minReplicas": replicas[1],
                     "maxReplicas": replicas[2],
                     "numOfHosts": spec.shape.hosts,
-                    "rayStartParams": {"metrics-export-port": "8082"},
+                    "rayStartParams": {"metrics-export-port": str(WORKER_METRICS_EXPORT_PORT)},
                     "template": {"metadata": {"annotations": _pod_annotations()}, "spec": worker_pod},
                 }
             ],

@@ -1,5 +1,6 @@
 """RayTpuCluster: the KubeRay RayCluster (and DRA network claim) for multislice TPU training."""
 
+import re
 from typing import NotRequired, Optional, TypedDict
 
 import pulumi
@@ -10,8 +11,12 @@ from components._options import child_options, custom_resource
 from components.gcs_workload_identity import DEFAULT_KSA_NAME, DEFAULT_NAMESPACE
 from components.ray_manifests import (
     DASHBOARD_PORT,
+    POD_PORTS,
+    RAY_RANDOM_PORTS,
+    RAY_WORKER_PORTS,
     RayClusterSpec,
     compute_class,
+    port_use,
     ray_cluster,
     resource_claim_template,
 )
@@ -25,6 +30,7 @@ DEFAULT_IMAGE = "rayproject/ray:nightly-py312-tpu"
 """The tutorial's image: the only TPU Ray image this stack is known to work with. It is a
 moving tag (pulled on every start); production stacks should pin a release or digest they tested."""
 DEFAULT_MEGASCALE_PORT = 9915
+_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?")
 DEFAULT_NUM_SLICES = 2
 """The tutorial's two slices."""
 DEFAULT_IDLE_TIMEOUT_S = 600
@@ -67,6 +73,27 @@ class RayTpuClusterArgs(TypedDict):
     """Seconds a slice may sit idle before the autoscaler removes it, when scale_to_zero. Default: 600."""
 
 
+def check_image(image: object, key: str) -> str:
+    """An image reference the kubelet can pull (an empty one leaves every Ray pod unstartable)."""
+    if not isinstance(image, str) or not _IMAGE.fullmatch(image):
+        raise ConfigError(key, image, "an image reference such as rayproject/ray:nightly-py312-tpu")
+    return image
+
+
+def check_megascale_port(port: object, key: str) -> int:
+    """MEGASCALE_PORT: a port the TPU workers' JAX can bind, so none that Ray may hold on the same pod."""
+    number = integer(port, 1024, 65535, key)
+    use = port_use(number)
+    if use is not None:
+        fixed = ", ".join(str(p) for p in sorted(POD_PORTS))
+        raise ConfigError(
+            key, port,
+            f"a port the Ray pods leave free ({number} is {use}): 1024-{RAY_RANDOM_PORTS.start - 1} "
+            f"except {fixed} and {RAY_WORKER_PORTS.start}-{RAY_WORKER_PORTS.stop - 1}",
+        )
+    return number
+
+
 def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") -> RayClusterSpec:
     """The pure RayCluster spec, after every rule on the arguments."""
     shape = slice_shape(
@@ -95,8 +122,8 @@ def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") 
         num_slices=num_slices,
         min_slices=min_slices,
         dcn_interfaces=dcn_interfaces,
-        image=args.get("image", DEFAULT_IMAGE),
-        megascale_port=integer(args.get("megascale_port", DEFAULT_MEGASCALE_PORT), 1024, 65535, f"{prefix}megascale_port"),
+        image=check_image(args.get("image", DEFAULT_IMAGE), f"{prefix}image"),
+        megascale_port=check_megascale_port(args.get("megascale_port", DEFAULT_MEGASCALE_PORT), f"{prefix}megascale_port"),
         compute_class=args.get("compute_class"),
         capacity=capacity,
         scale_to_zero=bool(args.get("scale_to_zero", False)),

@@ -13,14 +13,23 @@ estimates and the submit command read (``tests/test_core_maxtext.py`` compares
 them, and the value vocabularies below, with the installed MaxText).
 :func:`check_settings` applies the type and range rule of each of those keys,
 so a zero batch size or a fractional step count is refused before a job or a
-preview uses it.
+preview uses it, and :func:`check_known` applies the installed MaxText's own
+vocabulary: its config keys, model names and model overlays (:func:`installed`).
 """
 
 from __future__ import annotations
 
+import ast
+import difflib
+import functools
+import importlib.util
 import math
 import re
-from typing import Callable, Mapping, Union
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Union
+
+import yaml
 
 from core.errors import ConfigError
 from core.parallelism import mesh_values
@@ -101,6 +110,7 @@ def check_settings(values: Mapping[str, object], key: Callable[[str], str] = lam
     stack: ``gke-ray-tpu:plannedOverrides.steps``). Mesh keys get the sharding
     check's own value rule (an integer >= 1, or -1).
     """
+    check_known(values, key)
     for name, value in values.items():
         rule = RULES.get(name)
         if rule is not None and not rule[0](value):
@@ -110,6 +120,124 @@ def check_settings(values: Mapping[str, object], key: Callable[[str], str] = lam
             mesh_values(values, kind)
         except ConfigError as error:
             raise error.renamed(key(error.key)) from None
+
+
+# -- the installed MaxText's vocabulary -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Installed:
+    """What the installed MaxText's config loader (``pyconfig.initialize``) accepts, read from its files."""
+
+    configs: Path
+    """Its ``configs`` directory: ``base.yml``, ``types.py``, ``models/<model_name>.yml``."""
+    settings: frozenset[str]
+    """The keys of ``base.yml``: what a run sets, and what "did you mean" offers."""
+    keys: frozenset[str]
+    """Every key pyconfig takes: the fields of its pydantic ``MaxTextConfig``, a superset of base.yml's
+    (values it derives, such as ``emb_dim``, and keys of other modes, such as ``vllm_*``)."""
+    models: frozenset[str]
+    """The ``model_name`` values ``MaxTextConfig`` accepts (its ``ModelName``)."""
+
+
+@functools.cache
+def installed() -> Optional[Installed]:
+    """The installed MaxText's vocabulary; None where MaxText is not installed, or not laid out as 0.2.5 is.
+
+    The Pulumi program's own dependencies (pyproject.toml) do not include MaxText
+    (requirements.txt installs it); without it nothing is checked here, and
+    MaxText checks on the workers. Nothing of MaxText is imported: its
+    ``types.py`` imports JAX (seconds), so its names are read from the source.
+    """
+    spec = importlib.util.find_spec("maxtext")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    configs = Path(list(spec.submodule_search_locations)[0]) / "configs"
+    if not ((configs / "base.yml").is_file() and (configs / "types.py").is_file()):
+        return None
+    module = ast.parse((configs / "types.py").read_text())
+    fields, models = _fields(module, "MaxTextConfig"), _literal(module, "ModelName")
+    if not (fields and models):
+        return None  # not checked rather than checked against the wrong names
+    settings = frozenset(_load_yaml(configs / "base.yml"))
+    return Installed(configs, settings, settings | fields, models)
+
+
+def _load_yaml(path: Path) -> dict:
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+
+
+def _fields(module: ast.Module, name: str) -> frozenset[str]:
+    """A pydantic model's field names: the annotated names of its class body and of its bases' (in ``module``)."""
+    classes = {node.name: node for node in module.body if isinstance(node, ast.ClassDef)}
+    node = classes.get(name)
+    if node is None:
+        return frozenset()
+    own = {
+        item.target.id for item in node.body
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and not item.target.id.startswith("_")
+    }
+    return frozenset(own).union(*(_fields(module, base.id) for base in node.bases if isinstance(base, ast.Name)))
+
+
+def _literal(module: ast.Module, name: str) -> frozenset[str]:
+    """The strings of a module-level ``name = Literal[...]``."""
+    for node in module.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return frozenset(c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant) and isinstance(c.value, str))
+    return frozenset()
+
+
+def _did_you_mean(word: str, choices: frozenset[str], otherwise: str) -> str:
+    close = difflib.get_close_matches(word, sorted(choices), n=3, cutoff=0.7)
+    return f": did you mean {' or '.join(close)}?" if close else otherwise
+
+
+def check_known(values: Mapping[str, object], key: Callable[[str], str] = lambda name: name) -> None:
+    """Refuse what the installed MaxText's config loader would refuse once the job runs.
+
+    pyconfig raises for a key that is no field of its ``MaxTextConfig``, for a
+    ``model_name`` outside its ``ModelName``, and for a key the model's overlay
+    (``models/<model_name>.yml``) sets to another value unless
+    ``override_model_config`` is true. Skipped without MaxText (:func:`installed`).
+    """
+    maxtext = installed()
+    if maxtext is None:
+        return
+    for name, value in values.items():
+        if name not in maxtext.keys:
+            hint = _did_you_mean(name, maxtext.settings, f" (the keys of {maxtext.configs / 'base.yml'})")
+            raise ConfigError(key(name), value, f"a key of MaxText's config{hint}")
+    model = values.get("model_name")
+    if model is None:
+        return
+    if model not in maxtext.models:
+        hint = _did_you_mean(str(model), maxtext.models, f" (one of {', '.join(sorted(maxtext.models))})")
+        raise ConfigError(key("model_name"), model, f"a MaxText model_name{hint}")
+    if values.get("override_model_config") is not True:
+        _check_overlay(values, maxtext.configs / "models" / f"{str(model).replace('-Instruct', '')}.yml", key)
+
+
+def _check_overlay(values: Mapping[str, object], path: Path, key: Callable[[str], str]) -> None:
+    """MaxText refuses a key set both by the model's overlay and on its command line, to different values."""
+    if not path.is_file():
+        return
+    model = values["model_name"]
+    for name, fixed in _load_yaml(path).items():
+        mine, theirs = _as_typed(values.get(name)), _as_typed(fixed)
+        if mine is not None and theirs is not None and mine != theirs:
+            raise ConfigError(
+                key(name), values[name],
+                f"unset or {render(theirs)}: model_name={model} sets it (MaxText refuses both unless override_model_config=true)",
+            )
+
+
+def _as_typed(value: object) -> Optional[Value]:
+    """A scalar as MaxText's command line types it (YAML's ``1e-5`` is text to PyYAML, a float to MaxText);
+    None for anything else, which is not compared."""
+    if isinstance(value, (str, int, float, bool)):
+        return parse_value(render(value))
+    return None
 
 
 # No leading zeros: YAML 1.1 would read 010 as octal 8, so such text stays text (and fails a count's rule).

@@ -41,7 +41,6 @@ RETIRED_KEYS = {
 }
 """Keys older stacks set, and what to write instead."""
 
-_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?")
 _MACHINE_TYPE = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)+")
 
 
@@ -220,8 +219,16 @@ def _runs(value: Any, info: ValidationInfo) -> tuple[DeclaredRun, ...]:
 
 
 def _project_number(value: str, key: str) -> None:
-    if not value.isdigit():
+    # str.isdigit() takes any script's digits; the principal:// member IAM checks takes ASCII ones.
+    if not re.fullmatch(r"[1-9][0-9]*", value):
         raise ConfigError(key, value, "digits only, e.g. 123456789012")
+
+
+def _created_namespace(value: str, key: str) -> None:
+    # The program creates a namespace other than default; the API refuses one that exists (AlreadyExists),
+    # and every cluster has kube-system, kube-public and kube-node-lease (Kubernetes reserves kube-).
+    if value.startswith("kube-"):
+        raise ConfigError(key, value, "a namespace of your own: kube- names are Kubernetes' (kube-system, ...)")
 
 
 class StackConfig(BaseModel):
@@ -345,12 +352,12 @@ class StackConfig(BaseModel):
         alias="gke-ray-tpu:bucketDeletion",
         description="`retain`: destroy forgets the bucket and keeps it; `delete-empty`: GCS refuses while checkpoints remain, so destroy stops; `force`: deletes it with every object",
     )
-    namespace: Annotated[Text, _name(naming.DNS_LABEL)] = Field(
+    namespace: Annotated[Text, _name(naming.DNS_LABEL), _rule(_created_namespace)] = Field(
         gcs_workload_identity.DEFAULT_NAMESPACE,
         alias="gke-ray-tpu:namespace",
         description="a DNS-1123 label; a namespace other than `default` is created",
     )
-    ksa_name: Annotated[Text, _name(naming.DNS_SUBDOMAIN)] = Field(
+    ksa_name: Annotated[Text, _rule(gcs_workload_identity.check_ksa_name)] = Field(
         gcs_workload_identity.DEFAULT_KSA_NAME,
         alias="gke-ray-tpu:ksaName",
         description="the Kubernetes service account of the Ray pods; `ns/<namespace>/sa/<ksaName>` is its Workload Identity subject, at most 127 characters"
@@ -360,12 +367,12 @@ class StackConfig(BaseModel):
         alias="gke-ray-tpu:rayClusterName",
         description="the head service is `<name>-head-svc`; at most 53 characters (KubeRay), 41 for multi-host slices (the TPU webhook's `<name>-headless`)",
     )
-    ray_image: Annotated[Text, _pattern(_IMAGE, "an image reference such as rayproject/ray:nightly-py312-tpu")] = Field(
+    ray_image: Annotated[Text, _rule(ray_tpu_cluster.check_image)] = Field(
         ray_tpu_cluster.DEFAULT_IMAGE,
         alias="gke-ray-tpu:rayImage",
         description="the tutorial's image; a moving tag, so it is pulled on every start. Pin your own tested image for production",
     )
-    megascale_port: Annotated[int, BeforeValidator(_integer(1024, 65535))] = Field(
+    megascale_port: Annotated[int, BeforeValidator(_integer(1024, 65535)), _rule(ray_tpu_cluster.check_megascale_port)] = Field(
         ray_tpu_cluster.DEFAULT_MEGASCALE_PORT, alias="gke-ray-tpu:megascalePort", description="`MEGASCALE_PORT` of the TPU workers"
     )
     project_number: Annotated[Optional[Text], _rule(_project_number)] = Field(
@@ -525,8 +532,12 @@ def parse_stack_config(raw: Mapping[str, str]) -> StackConfig:
     for key in ("gcp:project", "gcp:region", f"{NAMESPACE}:bucketName"):
         if not ours.get(key):
             raise ConfigError(key, ours.get(key), "a value (set it with `pulumi config set`)")
+    empty = sorted(key for key, value in ours.items() if value == "")
+    if empty:
+        # What `pulumi config set <key> ""` stores: no key takes it, and it does not mean unset.
+        raise ConfigError(empty[0], "", f"a non-empty value (or remove the key: `pulumi config rm {empty[0]}`)")
     try:
-        return StackConfig.model_validate({key: value for key, value in ours.items() if value != ""})
+        return StackConfig.model_validate(ours)
     except ValidationError as error:
         raise _config_error(error) from None
 

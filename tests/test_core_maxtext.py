@@ -60,4 +60,62 @@ def test_settings_break_their_keys_rule(values, key):
 
 def test_good_settings_pass():
     check_settings({"per_device_batch_size": 0.5, "steps": 1, "remat_policy": "minimal_offloaded", "mu_dtype": "",
-                    "weight_dtype": "bfloat16", "ici_fsdp_parallelism": -1, "anything_else": [1]})
+                    "weight_dtype": "bfloat16", "ici_fsdp_parallelism": -1, "mlp_activations": ["silu"]})
+
+
+def test_the_known_keys_and_models_are_the_installed_maxtexts():
+    """What check_known reads from MaxText's files is what its config class accepts (imported here, not there)."""
+    import typing
+
+    from maxtext.configs import types
+
+    from core.maxtext import installed
+
+    maxtext = installed()
+    base = yaml.safe_load((resources.files("maxtext") / "configs" / "base.yml").read_text())
+    assert maxtext.settings == set(base)
+    assert maxtext.keys == set(types.MaxTextConfig.model_fields)
+    assert maxtext.models == set(typing.get_args(types.ModelName))
+
+
+@pytest.mark.parametrize(
+    "values, key, hint",
+    [({"stpes": 3}, "stpes", "did you mean steps?"),
+     ({"steps": 3, "per_device_batch": 2}, "per_device_batch", "did you mean per_device_batch_size"),
+     ({"zzz": 1}, "zzz", "base.yml"),
+     ({"model_name": "llama3-8B"}, "model_name", "did you mean llama3-8b"),
+     # models/llama3-8b.yml sets 32 layers: MaxText refuses another value on its command line.
+     ({"model_name": "llama3-8b", "base_num_decoder_layers": 2}, "base_num_decoder_layers", "unset or 32")],
+)
+def test_what_maxtexts_loader_refuses_is_refused_naming_the_key(values, key, hint):
+    with pytest.raises(ConfigError) as error:
+        check_settings(values, key=lambda name: f"runs[0].overrides.{name}")
+    assert error.value.key == f"runs[0].overrides.{key}"
+    assert hint in error.value.expected
+
+
+def test_what_maxtexts_loader_accepts_passes():
+    check_settings({"emb_dim": 128})  # a value MaxText derives: its loader takes it (and recomputes it)
+    check_settings({"model_name": "llama3-8b", "base_num_decoder_layers": 32, "normalization_layer_epsilon": 1e-5,
+                    "mlp_activations": "[silu,linear]"})  # the overlay's own values, as a command line types them
+    check_settings({"model_name": "llama3-8b", "base_num_decoder_layers": 2, "override_model_config": True})
+    check_settings({"model_name": "llama3.1-8b-Instruct"})  # its overlay is llama3.1-8b's
+
+
+def test_without_maxtext_only_the_values_are_checked(monkeypatch):
+    import core.maxtext
+
+    monkeypatch.setattr(core.maxtext, "installed", lambda: None)
+    check_settings({"stpes": 3, "model_name": "llama3-8B"})
+    with pytest.raises(ConfigError):
+        check_settings({"steps": 0})
+
+
+def test_a_preset_with_a_key_maxtext_lacks_is_refused(monkeypatch, tmp_path):
+    import core.presets
+
+    (tmp_path / "typo.yml").write_text("description: d\nrun_name: r\nmaxtext:\n  stpes: 3\n")
+    monkeypatch.setattr(core.presets, "PRESET_DIR", tmp_path)
+    with pytest.raises(ConfigError) as error:
+        core.presets._load("typo")
+    assert error.value.key == "typo.yml: stpes" and "steps" in error.value.expected

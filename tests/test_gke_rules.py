@@ -7,6 +7,9 @@ import json
 
 import pytest
 
+from components.gcs_workload_identity import check_args as check_storage_args
+from components.ray_manifests import port_use
+from components.ray_tpu_cluster import spec_from_args
 from core.errors import ConfigError
 from core.kuberay import supports_flat_resource_claims
 from stack.config import config_keys, parse_stack_config
@@ -203,6 +206,54 @@ def test_one_single_host_slice_may_use_a_longer_raycluster_name(dev_config):
                        runs=None)
     assert run_offline(config).one(RAYCLUSTER).inputs["metadata"]["name"] == "r" * 53
     assert refused(with_keys(config, rayClusterName="r" * 54)).key == "gke-ray-tpu:rayClusterName"
+
+
+# -- what the Ray pods would refuse --------------------------------------------------------------------------------
+
+
+def ports_in_manifest(raycluster: dict) -> set[int]:
+    """Every port the RayCluster sets for its pods: container ports and rayStartParams' *-port values."""
+    spec = raycluster["spec"]
+    groups = [spec["headGroupSpec"], *spec["workerGroupSpecs"]]
+    ports = {int(v) for g in groups for k, v in g["rayStartParams"].items() if k.endswith("port")}
+    for group in groups:
+        for container in group["template"]["spec"]["containers"]:
+            ports |= {p["containerPort"] for p in container.get("ports", [])}
+    return ports
+
+
+@pytest.mark.parametrize(
+    ("port", "why"),
+    [(6379, "GCS"), (8082, "metrics export"), (8265, "dashboard"), (10001, "client"), (10002, "worker port range"),
+     (19999, "worker port range"), (32768, "at random"), (52365, "at random"), (65535, "at random")],
+)
+def test_a_megascale_port_ray_may_hold_is_refused_by_the_stack_and_the_component(dev_config, port, why):
+    error = refused(with_keys(dev_config, megascalePort=str(port)))
+    assert error.key == "gke-ray-tpu:megascalePort" and why in error.expected
+    with pytest.raises(ConfigError) as direct:
+        spec_from_args({"bucket_name": "b", "megascale_port": port})
+    assert direct.value.key == "RayTpuClusterArgs.megascale_port" and why in direct.value.expected
+
+
+def test_every_port_the_manifest_sets_is_one_megascale_may_not_take(dev_run):
+    ports = ports_in_manifest(dev_run.one(RAYCLUSTER).inputs)
+    assert ports == {6379, 8082, 8265, 10001}
+    for port in ports:
+        assert port_use(port) is not None
+    for port in (1024, 9915, 10000, 20000, 32767):
+        assert port_use(port) is None and spec_from_args({"bucket_name": "b", "megascale_port": port})
+
+
+def test_the_ray_cluster_component_alone_refuses_an_empty_image():
+    with pytest.raises(ConfigError) as error:
+        spec_from_args({"bucket_name": "b", "image": ""})
+    assert error.value.key == "RayTpuClusterArgs.image"
+
+
+def test_the_storage_component_alone_refuses_a_service_account_every_namespace_has():
+    with pytest.raises(ConfigError) as error:
+        check_storage_args({"bucket_name": "my-ckpt", "ksa_name": "default"})
+    assert error.value.key == "GcsWorkloadIdentityArgs.ksa_name"
 
 
 def test_errors_raised_inside_components_name_the_config_key(dev_config):

@@ -170,6 +170,15 @@ BAD_CONFIG = [
     ("gcp:project", None, r"gcp:project=None: expected a value"),
     ("plannedOverrides", "[1]", r"plannedOverrides='\[1\]': expected a JSON dict such as"),
     ("rayImage", "ray image", r"rayImage='ray image': expected an image reference"),
+    # What `pulumi config set <key> ""` stores is refused, not taken for unset.
+    ("rayImage", "", r"rayImage='': expected a non-empty value \(or remove the key: `pulumi config rm gke-ray-tpu:rayImage`\)"),
+    ("gcp:zone", "", r"gcp:zone='': expected a non-empty value"),
+    ("numSlices", "", r"numSlices='': expected a non-empty value"),
+    ("megascalePort", "8265", r"megascalePort=8265: expected a port the Ray pods leave free \(8265 is the head's dashboard"),
+    ("namespace", "kube-system", r"namespace='kube-system': expected a namespace of your own"),
+    ("ksaName", "default", r"ksaName='default': expected a name of its own"),
+    ("projectNumber", "\u0661\u0662\u0663", r"projectNumber='.*': expected digits only"),
+    ("plannedOverrides", '{"stpes": 3}', r"plannedOverrides.stpes=3: expected a key of MaxText's config: did you mean steps\?"),
 ]
 
 
