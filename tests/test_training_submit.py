@@ -69,7 +69,7 @@ def fake_cluster(monkeypatch):
         yield holder["client"]
 
     monkeypatch.setattr(submit, "job_client", job_client)
-    monkeypatch.setattr(submit, "_report", lambda spec, run_dir, outputs, log: holder.setdefault("reports", []).append(spec.run_name))
+    monkeypatch.setattr(submit, "_report", lambda run_dir, record, title, log: holder.setdefault("reports", []).append(record))
 
     def use(client: FakeJobsClient) -> FakeJobsClient:
         holder["client"] = client
@@ -250,10 +250,10 @@ def test_a_flaky_api_is_retried_and_one_job_is_submitted(capsys, tmp_path, dev_o
            "'Connection reset by peer')); retry 1/5 in 1 s" in err
     assert "[submit] submitting maxtext-flaky: ('Connection aborted.'" in err
     assert "[submit] following the log of maxtext-flaky: ('Connection aborted.'" in err
-    # list, submit, tail and the status poll after it: each 2 retries (1 s, 2 s).
-    assert {name: cluster.calls[name] for name in ("list_jobs", "submit_job", "tail_job_logs")} == {
-        "list_jobs": 3, "submit_job": 3, "tail_job_logs": 3}
-    assert delays == [1, 2] * 4
+    # list, submit, the job's record, tail and the status poll after it: each 2 retries (1 s, 2 s).
+    assert {name: cluster.calls[name] for name in ("list_jobs", "submit_job", "get_job_info", "tail_job_logs")} == {
+        "list_jobs": 3, "submit_job": 3, "get_job_info": 4, "tail_job_logs": 3}
+    assert delays == [1, 2] * 5
     assert "[submit] maxtext-flaky SUCCEEDED after " in err and ": 3 steps, loss 6.061 -> 5.282;" in err
 
 
