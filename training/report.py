@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from core.job_spec import JobSpec, run_location
 from training.driver.request import DEFAULT_LOCAL_DIR
 from training.driver.run_files import FIGURE, JOB_LOG, JOB_RECORD, JobRecord
 from training.goodput import BUCKETS, LABELS, Goodput, account
@@ -77,11 +76,6 @@ class Report:
     goodput: Optional[Goodput]
     no_goodput: str = ""
     """Why there is no goodput (which file is missing), when there is none."""
-
-
-def metrics_dir(spec: JobSpec, bucket: Optional[str] = None) -> str:
-    """Where MaxText writes the run's event files, as this machine reaches them (the bucket for /data)."""
-    return run_location(spec, "tensorboard", bucket)
 
 
 def _records(data: bytes):

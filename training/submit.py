@@ -4,6 +4,7 @@
     python -m training.submit --preset llama3-8b-elastic --stack dev
     python -m training.submit --outputs-file outputs.json --follow <run>
     python -m training.submit --local
+    python -m training.submit --outputs-file outputs.json --dashboard
 
 Both paths build the trainer's command line from a preset (plus ``key=value``
 overrides), validate it, reach a Ray Jobs API (through a Kubernetes
@@ -11,10 +12,11 @@ port-forward to the head service, a local head started here, or ``--address``),
 submit with a submission id derived from the run name (running the command
 again follows, reports or resumes that run: ``training.driver.jobs_client``),
 show progress while the job runs (``training.driver.display``; the job's whole
-log goes to ``<run dir>/job.log``), write the run's loss curve
-(``training.report``) and exit with the job's outcome. ``--follow`` attaches to
-a run without submitting anything: a run declared in the stack (a RayJob) or
-one submitted before.
+log goes to ``<run dir>/job.log``, Ray's record of it to ``job.json``), print the
+run's goodput and draw its figure (``training.report``) and exit with the job's
+outcome. ``--follow`` attaches to a run without submitting anything: a run
+declared in the stack (a RayJob) or one submitted before. ``--dashboard`` only
+forwards a local port to the RayCluster's Ray dashboard, until Ctrl-C.
 
 Exit status: 0 job succeeded; 1 job failed or was stopped; 2 bad arguments or
 stack outputs; 3 cluster unreachable; 130 interrupted (the job is stopped).

@@ -13,8 +13,8 @@ from core.presets import PRESETS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_LOCAL_DIR = REPO_ROOT / "local-runs"
-"""This machine's run directories: ``<dir>/<run_name>/`` holds the job log and the loss curve
-(and, for a local run, MaxText's checkpoints and metrics)."""
+"""This machine's run directories: ``<dir>/<run_name>/`` holds the job's log and record and the report's figure
+(and, for a local run, MaxText's checkpoints and metrics); ``training.driver.run_files``."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--address", help="Ray dashboard URL to use as is (no port-forward, no local head)")
     p.add_argument("--kube-context", help="kubeconfig context for the port-forward")
     p.add_argument("--output-dir", default=str(DEFAULT_LOCAL_DIR),
-                   help="this machine's run directories: <dir>/<run_name>/ gets the job log and the loss curve, "
+                   help="this machine's run directories: <dir>/<run_name>/ gets the job log and the report's figure, "
                         "and with --local MaxText's checkpoints (default local-runs/)")
     p.add_argument("--follow", metavar="RUN",
                    help="attach to run RUN (declared in the stack's runs, or submitted before): progress and exit status")
