@@ -80,7 +80,9 @@ def test_a_group_that_never_trained_is_start_up_and_its_successor_recovers_from_
 def test_nothing_known_is_all_other_and_the_line_and_table_say_so():
     result = account(RunTimes(T0, T0 + 10), usd_per_hour=0.0)
     assert result.buckets["other"] == 10 and result.goodput_pct == 0
-    assert result.line() == "goodput 0.0%: 0.0 s of 10.0 s trained ($0.00 in all); other 10.0 s"
+    assert result.line() == "goodput 0.0%: 0.0 s of 10.0 s trained; other 10.0 s"
+    assert account(RunTimes(T0, T0 + 3600), usd_per_hour=86.4).line().startswith(
+        "goodput 0.0%: 0.0 s of 3600.0 s trained ($86.40 of TPU time); ")
     assert "wall time, submission to end" in result.table() and "$0.00/h" in result.table()
 
 

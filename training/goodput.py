@@ -144,9 +144,9 @@ class Goodput:
         }
 
     def line(self) -> str:
-        """``goodput 58.1%: 24.2 s of 41.6 s trained; start-up 9.9 s, ...`` (the non-zero buckets)."""
+        """``goodput 58.1%: 24.2 s of 41.6 s trained; start-up 9.9 s, ...`` (the non-zero buckets, and the TPU cost)."""
         rest = [f"{LABELS[name]} {self.buckets[name]:.1f} s" for name in BUCKETS[1:] if self.buckets[name] >= 0.05]
-        cost = "" if self.usd_per_hour is None else f" (${self.wall_s / 3600 * self.usd_per_hour:,.2f} in all)"
+        cost = f" (${self.wall_s / 3600 * self.usd_per_hour:,.2f} of TPU time)" if self.usd_per_hour else ""
         text = f"goodput {self.goodput_pct:.1f}%: {self.productive_s:.1f} s of {self.wall_s:.1f} s trained{cost}"
         return text + (f"; {', '.join(rest)}" if rest else "")
 
@@ -162,7 +162,8 @@ class Goodput:
             if money:
                 row += f"{(self.usd(name) if name else self.wall_s / 3600 * self.usd_per_hour):>11,.2f}"
             lines.append(row)
-        restarts = f"{self.restarts} restart{'s' * (self.restarts != 1)}, {self.rerun_steps} step(s) run again"
+        restarts = (f"{self.restarts} restart{'s' * (self.restarts != 1)}, "
+                    f"{self.rerun_steps} step{'s' * (self.rerun_steps != 1)} run again")
         price = "not priced here" if not money else f"${self.usd_per_hour:,.2f}/h"
         return "\n".join([f"goodput {self.goodput_pct:.1f}% ({restarts}; {price})", *lines])
 

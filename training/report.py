@@ -190,24 +190,32 @@ def draw(report: Report, title: str, png: Path) -> Path:
     return png
 
 
+def _time_unit(seconds: float) -> tuple[float, str]:
+    """The unit a person reads a duration in: seconds, minutes or hours."""
+    if seconds < 600:
+        return 1.0, "s"
+    return (60.0, "min") if seconds < 3 * 3600 else (3600.0, "h")
+
+
 def _goodput_bar(axis, goodput: Goodput) -> None:
+    scale, unit = _time_unit(goodput.wall_s)
     left = 0.0
     for name in BUCKETS:
-        seconds = goodput.buckets[name]
-        if seconds <= 0:
+        length = goodput.buckets[name] / scale
+        if length <= 0:
             continue
-        axis.barh(0, seconds, left=left, color=BUCKET_COLOURS[name], edgecolor="white",
+        axis.barh(0, length, left=left, color=BUCKET_COLOURS[name], edgecolor="white",
                   label=f"{LABELS[name]} {goodput.percent(name):.0f}%")
         if goodput.percent(name) >= 8:  # a label that fits inside its segment
-            axis.text(left + seconds / 2, 0, f"{goodput.percent(name):.0f}%", ha="center", va="center",
+            axis.text(left + length / 2, 0, f"{goodput.percent(name):.0f}%", ha="center", va="center",
                       color="white" if name in ("productive", "compilation", "recovery", "lost_progress") else "black")
-        left += seconds
-    axis.set_xlim(0, max(goodput.wall_s, 1e-9))
+        left += length
+    axis.set_xlim(0, max(goodput.wall_s / scale, 1e-9))
     axis.set_yticks([])
-    axis.set_xlabel("seconds of the job's wall time (submission to end), by where they went")
-    cost = "" if goodput.usd_per_hour is None else f", ${goodput.wall_s / 3600 * goodput.usd_per_hour:,.2f}"
-    axis.set_title(f"goodput {goodput.goodput_pct:.1f}%: {goodput.productive_s:,.0f} s of {goodput.wall_s:,.0f} s trained"
-                   f"{cost}", loc="left", fontsize=11)
+    axis.set_xlabel(f"the job's wall time, submission to end ({unit}), by where it went")
+    cost = f", ${goodput.wall_s / 3600 * goodput.usd_per_hour:,.2f} of TPU time" if goodput.usd_per_hour else ""
+    axis.set_title(f"goodput {goodput.goodput_pct:.1f}%: {goodput.productive_s / scale:,.1f} {unit} of "
+                   f"{goodput.wall_s / scale:,.1f} {unit} trained{cost}", loc="left", fontsize=11)
     axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.55), ncol=4, frameon=False, fontsize=9)
 
 
