@@ -257,3 +257,15 @@ def test_a_new_jobs_log_keeps_the_earlier_attempts(tmp_path):
 
 def test_bucket_names_and_labels_agree():
     assert set(goodput.LABELS) == set(BUCKETS) and set(goodput.PRECEDENCE) == set(BUCKETS) - {"other"}
+
+
+def test_without_events_the_goodput_is_still_known_and_the_figure_is_not_drawn(tmp_path):
+    """A job that never reached a step (or a bucket this machine cannot read) still tells where its time went."""
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / run_files.JOB_LOG).write_text(restarted_job().log)
+    JobRecord("maxtext-r", T0, T0 + 40, "FAILED", str(run_dir / "tensorboard"), 0, 0.0).save(run_dir)
+    built = report.write_report(run_dir, str(run_dir / "tensorboard"), run_dir / "x.png", "r")
+    assert built.figure is None and built.no_figure.startswith("no event files under ")
+    assert built.goodput is not None and sum(built.goodput.buckets.values()) == pytest.approx(40)
+    assert not (run_dir / "x.png").exists()

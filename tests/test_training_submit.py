@@ -751,7 +751,7 @@ def test_dashboard_forwards_to_the_head_until_ctrl_c(capsys, tmp_path, dev_outpu
 
 
 @pytest.mark.parametrize("argv", [["--local", "--dashboard"], ["--dashboard", "--follow", "r"], ["--dashboard", "steps=2"]])
-def test_dashboard_is_only_the_forward(capsys, tmp_path, dev_outputs, argv):
+def test_dashboard_is_only_the_forward(capsys, argv):
     with pytest.raises(SystemExit) as e:
         request.SubmitRequest.from_argv([*argv, *([] if "--local" in argv else ["--outputs-file", "o.json"])])
     assert e.value.code == 2

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+from training.driver import retry
 from training.driver.request import DEFAULT_LOCAL_DIR
 from training.driver.run_files import FIGURE, JOB_LOG, JOB_RECORD, JobRecord
 from training.goodput import BUCKETS, LABELS, Goodput, account
@@ -51,10 +52,6 @@ BUCKET_COLOURS = {
 }
 
 
-class NoMetrics(Exception):
-    """Nothing to draw: no event files, or none with a loss."""
-
-
 @dataclass
 class RunMetrics:
     """Scalars per tag and step (a step run again after a restore keeps its last value)."""
@@ -72,10 +69,12 @@ class RunMetrics:
 
 @dataclass(frozen=True)
 class Report:
-    metrics: RunMetrics
     goodput: Optional[Goodput]
-    no_goodput: str = ""
+    no_goodput: str
     """Why there is no goodput (which file is missing), when there is none."""
+    figure: Optional[Path]
+    no_figure: str
+    """Why nothing was drawn (no event file with a loss), when nothing was."""
 
 
 def _records(data: bytes):
@@ -130,33 +129,27 @@ def read_metrics(directory: str) -> RunMetrics:
     return metrics
 
 
-def build_report(run_dir: Path, metrics_at: str) -> Report:
-    """The run's metrics and, when this machine followed its job, its goodput; NoMetrics without a loss."""
+def goodput_of(run_dir: Path, wall_times: dict[int, float]) -> tuple[Optional[Goodput], str]:
+    """The goodput of the job whose log and record are in ``run_dir``, or None and why not."""
     from training.driver.timeline import read_times
 
-    metrics = read_metrics(metrics_at)
-    if not metrics.series(LOSS):
-        found = f"{len(metrics.files)} event files without a {LOSS}" if metrics.files else "no event files"
-        raise NoMetrics(f"{found} under {metrics_at} (MaxText writes them from the first step on)")
     try:
         record = JobRecord.load(run_dir)
         log = (run_dir / JOB_LOG).read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError as e:
-        return Report(metrics, None, f"no goodput: no {Path(e.filename).name} in {run_dir} "
-                                     "(training.submit writes it for the runs it submits or follows)")
+        return None, (f"no goodput: no {Path(e.filename).name} in {run_dir} "
+                      "(training.submit writes it for the runs it submits or follows)")
     if record.ended_at is None:
-        return Report(metrics, None, f"no goodput: {record.submission_id} had not ended when {JOB_RECORD} was written")
-    times = read_times(log, record.submitted_at, record.ended_at, metrics.wall_times)
-    return Report(metrics, account(times, record.usd_per_hour))
+        return None, f"no goodput: {record.submission_id} had not ended when {JOB_RECORD} was written"
+    return account(read_times(log, record.submitted_at, record.ended_at, wall_times), record.usd_per_hour), ""
 
 
-def draw(report: Report, title: str, png: Path) -> Path:
-    """Loss and tokens/s per device per step, restarts marked, and the goodput bar, into ``png``."""
+def draw(metrics: RunMetrics, goodput: Optional[Goodput], title: str, png: Path) -> Path:
+    """Loss and tokens/s per device per step, restarts marked, and the goodput bar (if known), into ``png``."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    metrics, goodput = report.metrics, report.goodput
     figure = Figure(figsize=FIGURE_INCHES, dpi=DPI, layout="constrained")
     FigureCanvasAgg(figure)
     rows = [3, 3, 1.6] if goodput else [3, 3]
@@ -220,10 +213,19 @@ def _goodput_bar(axis, goodput: Goodput) -> None:
 
 
 def write_report(run_dir: Path, metrics_at: str, png: Path, title: str) -> Report:
-    """Build the run's report and draw it into ``png``; raises NoMetrics if there is no loss."""
-    report = build_report(run_dir, metrics_at)
-    draw(report, title, png)
-    return report
+    """The run's goodput (from its job's log and record in ``run_dir``) and its figure, drawn into ``png`` when
+    the event files under ``metrics_at`` have a loss."""
+    try:
+        metrics, unread = read_metrics(metrics_at), ""
+    except Exception as e:  # noqa: BLE001 - a bucket this machine may not read (credentials, network)
+        metrics, unread = RunMetrics(), f"cannot read {metrics_at} ({retry.reason(e)})"
+    goodput, no_goodput = goodput_of(run_dir, metrics.wall_times)
+    if not metrics.series(LOSS):
+        found = f"{len(metrics.files)} event files without a {LOSS}" if metrics.files else "no event files"
+        return Report(goodput, no_goodput, None,
+                      unread or f"{found} under {metrics_at} (MaxText writes them from the first step on)")
+    draw(metrics, goodput, title, png)
+    return Report(goodput, no_goodput, png, "")
 
 
 def _locate(run: str, output_dir: Path) -> tuple[str, Path, str]:
@@ -248,10 +250,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     name, run_dir, metrics_at = _locate(args.run, Path(args.output_dir))
     png = Path(args.png) if args.png else (run_dir / FIGURE if run_dir.is_dir() else Path(f"{name}.png"))
-    try:
-        report = write_report(run_dir, metrics_at, png, title=name)
-    except NoMetrics as error:
-        print(f"python -m training.report: error: {error}", file=sys.stderr)
+    report = write_report(run_dir, metrics_at, png, title=name)
+    if report.figure is None:
+        print(f"python -m training.report: error: {report.no_figure}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps({"run": name, "figure": str(png), "goodput": report.goodput.to_json() if report.goodput else None,

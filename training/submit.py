@@ -252,16 +252,9 @@ def _report(run_dir: Path, record: JobRecord, title: str, log: Callable[[str], N
     """The run's goodput line and figure, from what the run wrote, when they can be read."""
     from training import report
 
-    try:
-        built = report.write_report(run_dir, record.metrics_dir, run_dir / FIGURE, title=title)
-    except report.NoMetrics as e:
-        log(f"no figure: {e}")
-        return
-    except Exception as e:  # noqa: BLE001 - a bucket this machine may not read (credentials, network)
-        log(f"no figure: cannot read {record.metrics_dir} ({retry.reason(e)})")
-        return
+    built = report.write_report(run_dir, record.metrics_dir, run_dir / FIGURE, title=title)
     log(built.goodput.line() if built.goodput else built.no_goodput)
-    log(f"figure: {run_dir / FIGURE}")
+    log(f"figure: {built.figure}" if built.figure else f"no figure: {built.no_figure}")
 
 
 def dashboard(request: SubmitRequest, outputs) -> int:
