@@ -46,6 +46,8 @@ with config_keys(cfg):
             cpu_machine_type=cfg.cpu_machine_type,
             cpu_node_count=cfg.cpu_node_count,
             enable_multi_networking=cfg.enable_multi_networking,
+            ray_cluster_logging=cfg.ray_cluster_logging,
+            ray_cluster_monitoring=cfg.ray_cluster_monitoring,
             dranet=bool(cidrs),
             existing=bool(cfg.existing_cluster_name),
         ),

@@ -30,6 +30,10 @@ keeps working when the channel drops the patch an exact pin would name."""
 DEFAULT_RELEASE_CHANNEL = "RAPID"
 DEFAULT_CPU_MACHINE_TYPE = "n1-standard-16"
 DEFAULT_CPU_NODE_COUNT = 3
+DEFAULT_RAY_CLUSTER_LOGGING = True
+"""Ray's logs go to Cloud Logging and outlive the RayCluster: a run's log is tens of MB (billed past 50 GiB a month)."""
+DEFAULT_RAY_CLUSTER_MONITORING = True
+"""Ray's metrics go to Managed Service for Prometheus (billed per sample): cents a day next to the TPUs' dollars an hour."""
 
 
 class GkeRayClusterArgs(TypedDict):
@@ -55,6 +59,10 @@ class GkeRayClusterArgs(TypedDict):
     """Nodes in the CPU pool (Standard only), 1 to 1000. Default: 3, what gcloud's default pool gets."""
     enable_multi_networking: NotRequired[bool]
     """GKE multi-networking. Default: false, as in the tutorial (DRANET does not need it)."""
+    ray_cluster_logging: NotRequired[bool]
+    """The Ray operator add-on sends every RayCluster's logs to Cloud Logging, where they outlive the cluster (billed per GiB ingested past the free allotment). Default: true."""
+    ray_cluster_monitoring: NotRequired[bool]
+    """The Ray operator add-on sends every RayCluster's metrics to Managed Service for Prometheus (billed per sample ingested). Default: true."""
     dranet: NotRequired[bool]
     """Whether the TPU slices get DCN NICs from GKE-managed DRANET, which sets a minimum GKE version. Default: true."""
     existing: NotRequired[bool]
@@ -241,7 +249,7 @@ def _create_cluster(name: str, args: GkeRayClusterArgs, child: pulumi.ResourceOp
         ),
         deletion_protection=args.get("deletion_protection", True),
         addons_config=gcp.container.ClusterAddonsConfigArgs(
-            ray_operator_configs=[gcp.container.ClusterAddonsConfigRayOperatorConfigArgs(enabled=True)],
+            ray_operator_configs=[_ray_operator(args)],
             gcs_fuse_csi_driver_config=gcp.container.ClusterAddonsConfigGcsFuseCsiDriverConfigArgs(enabled=True),
         ),
         workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
@@ -249,6 +257,19 @@ def _create_cluster(name: str, args: GkeRayClusterArgs, child: pulumi.ResourceOp
         ),
         **standard_only,
         opts=child,
+    )
+
+
+def _ray_operator(args: GkeRayClusterArgs) -> gcp.container.ClusterAddonsConfigRayOperatorConfigArgs:
+    container = gcp.container
+    return container.ClusterAddonsConfigRayOperatorConfigArgs(
+        enabled=True,
+        ray_cluster_logging_config=container.ClusterAddonsConfigRayOperatorConfigRayClusterLoggingConfigArgs(
+            enabled=args.get("ray_cluster_logging", DEFAULT_RAY_CLUSTER_LOGGING)
+        ),
+        ray_cluster_monitoring_config=container.ClusterAddonsConfigRayOperatorConfigRayClusterMonitoringConfigArgs(
+            enabled=args.get("ray_cluster_monitoring", DEFAULT_RAY_CLUSTER_MONITORING)
+        ),
     )
 
 

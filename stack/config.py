@@ -289,6 +289,19 @@ class StackConfig(BaseModel):
     enable_multi_networking: Flag = Field(
         False, alias="gke-ray-tpu:enableMultiNetworking", description="as in the tutorial; DRANET does not need it"
     )
+    ray_cluster_logging: Flag = Field(
+        gke_cluster.DEFAULT_RAY_CLUSTER_LOGGING,
+        alias="gke-ray-tpu:rayClusterLogging",
+        description="the Ray operator add-on sends the RayCluster's logs (every job's, every worker's) to Cloud Logging, "
+        "where they outlive the cluster; billed at $0.50/GiB past 50 GiB per project and month (a run's log is tens of MB); "
+        "a cluster the stack creates (an existing one keeps its own setting)",
+    )
+    ray_cluster_monitoring: Flag = Field(
+        gke_cluster.DEFAULT_RAY_CLUSTER_MONITORING,
+        alias="gke-ray-tpu:rayClusterMonitoring",
+        description="the Ray operator add-on sends the RayCluster's Ray metrics to Managed Service for Prometheus; "
+        "billed per sample ingested, every day the cluster runs (README: Logs and metrics); a cluster the stack creates",
+    )
     dcn_cidrs: Annotated[Optional[list], BeforeValidator(_json(list, '["10.50.0.0/16", "10.60.0.0/16"]'))] = Field(
         None,
         alias="gke-ray-tpu:dcnCidrs",

@@ -29,9 +29,9 @@ from pathlib import Path
 from core.job_spec import submission_id_for
 from training.driver.local_ray import LocalRayNode
 from training.driver.progress import Progress
+from training.driver.timeline import ABSL_TIME
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-_ABSL_TIME = re.compile(r"\)\S*\s+[IWEF](\d{4} \d{2}:\d{2}:\d{2}\.\d{6}) ")
 _WORKER_PID = re.compile(r"\(RayTrainWorker pid=(\d+)")
 _XLA_COMPILE = re.compile(r"Finished XLA compilation of \S+ in ([0-9.]+) sec")
 _CHECKPOINT_LOOKED_UP = ("restoring from this run's directory step", "No existing checkpoints found")
@@ -83,7 +83,7 @@ class Drill:
         year = time.localtime(self.killed_at).tm_year
         out = []
         for line in self.log.splitlines():
-            pid, stamp = _WORKER_PID.search(line), _ABSL_TIME.search(line)
+            pid, stamp = _WORKER_PID.search(line), ABSL_TIME.search(line)
             if pid and stamp and int(pid.group(1)) in group.ranks:
                 when = datetime.strptime(f"{year}{stamp.group(1)}", "%Y%m%d %H:%M:%S.%f").timestamp()
                 out.append((when, line))

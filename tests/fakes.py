@@ -49,6 +49,8 @@ class FakeJobsClient:
     fail, as when the connection drops after the dashboard accepted the POST.
     """
 
+    SUBMITTED_MS = 1_796_000_000_000
+
     def __init__(self, jobs=None, *, final="SUCCEEDED", log="", fail=0, error=None,
                  drop_stream=None, lose_submit_response=False, message=""):
         import requests
@@ -118,7 +120,10 @@ class FakeJobsClient:
         from types import SimpleNamespace
 
         self._call("get_job_info")
-        return SimpleNamespace(message=self.message)
+        status = self.jobs.get(sid, "PENDING")
+        # Ray's times are epoch milliseconds; a job of this fake runs for a minute.
+        ended = None if status in ("PENDING", "RUNNING") else self.SUBMITTED_MS + 60_000
+        return SimpleNamespace(message=self.message, status=status, start_time=self.SUBMITTED_MS, end_time=ended)
 
     async def tail_job_logs(self, sid):
         self._call("tail_job_logs")

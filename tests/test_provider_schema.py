@@ -67,6 +67,8 @@ CONTRACT = {
             "cpuMachineType": "string",
             "cpuNodeCount": "integer",
             "enableMultiNetworking": "boolean",
+            "rayClusterLogging": "boolean",
+            "rayClusterMonitoring": "boolean",
             "dranet": "boolean",
             "existing": "boolean",
         },

@@ -66,7 +66,9 @@ def test_cluster_has_the_tutorial_add_ons_datapath_identity_and_version(dev_run)
     assert cluster["name"] == "ray-tpu-multislice"
     assert cluster["location"] == "us-east5-b"
     assert cluster["addonsConfig"] == {
-        "rayOperatorConfigs": [{"enabled": True}],
+        # The tutorial's add-on, plus Ray's logs and metrics kept outside the cluster (tests/test_observability.py).
+        "rayOperatorConfigs": [{"enabled": True, "rayClusterLoggingConfig": {"enabled": True},
+                                "rayClusterMonitoringConfig": {"enabled": True}}],
         "gcsFuseCsiDriverConfig": {"enabled": True},
     }
     assert cluster["datapathProvider"] == "ADVANCED_DATAPATH"

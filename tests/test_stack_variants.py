@@ -32,7 +32,7 @@ def test_autopilot_cluster_is_regional_and_has_no_standard_only_fields(autopilot
     assert cluster["enableAutopilot"] is True
     assert cluster["location"] == "us-east5"
     assert cluster["minMasterVersion"] == "1.35"
-    assert cluster["addonsConfig"]["rayOperatorConfigs"] == [{"enabled": True}]
+    assert cluster["addonsConfig"]["rayOperatorConfigs"][0]["enabled"] is True
     for standard_only in ("nodeConfig", "removeDefaultNodePool", "initialNodeCount", "datapathProvider"):
         assert standard_only not in cluster
     assert autopilot.outputs["clusterLocation"] == "us-east5"

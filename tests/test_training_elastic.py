@@ -76,10 +76,31 @@ def test_recovery_is_timed_from_the_log(drill):
     assert 0 < r["group_started_s"] < r["restored_s"] < r["next_step_s"] < 300, r
 
 
-def test_the_loss_curve_marks_the_restart(drill):
+def test_the_figure_marks_the_restart(drill):
     from training import report
 
     metrics = report.read_metrics(str(drill.run_dir / "tensorboard"))
     assert metrics.restarts == [drill.resumed_group.restored_step + 1]  # the resumed group's first step
     assert [step for step, _ in metrics.series(report.LOSS)] == list(range(STEPS))
-    assert (drill.run_dir / "report.png").is_file() and "[submit] loss curve: " in drill.stderr
+    assert (drill.run_dir / "report.png").is_file() and "[submit] figure: " in drill.stderr
+
+
+def test_goodput_counts_the_restart_as_recovery_and_the_steps_run_again_as_lost_progress(drill, capsys):
+    import json
+
+    from training import report
+
+    assert report.main([str(drill.run_dir), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)["goodput"]
+    buckets, wall = result["buckets"], result["wall_s"]
+    assert abs(sum(buckets.values()) - wall) <= 0.05 * wall and 0 < result["goodput_pct"] < 100
+    assert (result["restarts"], result["rerun_steps"]) == (1, drill.steps_lost)
+    # Recovery runs from the killed group's last line to the resumed group's first step; the drill measured the kill
+    # to the log line of that step, which MaxText writes one step later.
+    next_step_s = drill.recovery()["next_step_s"]
+    assert 0 < buckets["recovery"] <= next_step_s + 1 and buckets["recovery"] >= 0.8 * next_step_s, (buckets, next_step_s)
+    # The steps run again took at least their own seconds in the killed group (more: it ran on until it died).
+    killed = drill.killed_group
+    rerun_seconds = sum(killed.steps[n].seconds for n in killed.steps if n > drill.resumed_group.restored_step)
+    assert buckets["lost_progress"] >= 0.5 * rerun_seconds > 0
+    assert buckets["checkpoint_restore"] == 0  # the restore after the kill is part of the recovery

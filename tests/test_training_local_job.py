@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import math
 import re
 import select
@@ -89,20 +90,17 @@ def test_plain_output_is_the_commands_own_lines_one_per_step_and_the_log_goes_to
     assert log.count("completed step: 9,") == 2 and "Config param" in log  # both workers, everything
 
 
-def test_the_loss_curve_is_drawn_from_the_metrics_maxtext_wrote(ray_head, local_job):
-    from PIL import Image
+def test_the_figure_is_drawn_from_the_metrics_maxtext_wrote(ray_head, local_job):
+    from matplotlib.image import imread
 
     from training import report
 
     rc, err, out = local_job
     png = out / RUN / "report.png"
-    assert f"[submit] loss curve: {png}" in err
-    image = Image.open(png).convert("RGB")
-    assert image.size == report.SIZE
-    colours = image.getcolors(maxcolors=1 << 16)
-    assert len(colours) > 3  # more than background, frame and text
-    loss_pixels = sum(count for count, rgb in colours if rgb == (30, 90, 200))
-    assert loss_pixels > 500, loss_pixels  # the loss line is drawn
+    assert f"[submit] figure: {png}" in err
+    image = imread(png)
+    assert image.shape[:2] == (report.FIGURE_INCHES[1] * report.DPI, report.FIGURE_INCHES[0] * report.DPI)
+    assert len({tuple(pixel) for pixel in image.reshape(-1, image.shape[2])[::97]}) > 20  # curves, text, the bar
     # The values read back from MaxText's event files are the job's own losses (float32 in the file).
     metrics = report.read_metrics(str(out / RUN / "tensorboard"))
     progress = Progress()
@@ -115,7 +113,27 @@ def test_the_loss_curve_is_drawn_from_the_metrics_maxtext_wrote(ray_head, local_
     # On demand, by run name: the same picture again.
     again = out / "again.png"
     assert report.main([RUN, "--output-dir", str(out), "-o", str(again)]) == 0
-    assert Image.open(again).tobytes() == Image.open(png).tobytes()
+    assert (imread(again) == image).all()
+
+
+def test_the_goodput_of_the_local_run_adds_up_to_its_wall_time(local_job, capsys):
+    from training import report
+
+    rc, err, out = local_job
+    [line] = [line for line in err.splitlines() if line.startswith("[submit] goodput ")]
+    assert report.main([RUN, "--output-dir", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)["goodput"]
+    buckets, wall = result["buckets"], result["wall_s"]
+    assert abs(sum(buckets.values()) - wall) <= 0.05 * wall
+    assert 0 < result["goodput_pct"] < 100 and line.startswith(f"[submit] goodput {result['goodput_pct']:.1f}%: ")
+    # A clean run: it starts, compiles, checkpoints and trains; nothing restarted.
+    assert min(buckets[name] for name in ("productive", "startup", "compilation", "checkpoint_save")) > 0
+    assert buckets["recovery"] == buckets["lost_progress"] == buckets["checkpoint_restore"] == 0
+    assert (result["restarts"], result["rerun_steps"]) == (0, 0)
+    assert set(result["usd"].values()) == {0.0}  # a local run uses no TPU
+    # Ray's submission-to-end time lies within what the submit command measured around it.
+    measured = float(re.search(r"SUCCEEDED after (\d+) s", err).group(1))
+    assert 0 < wall <= measured + 1
 
 
 def test_a_terminal_gets_a_progress_bar_and_at_most_40_lines(ray_head, tmp_path):
@@ -146,7 +164,7 @@ def test_a_terminal_gets_a_progress_bar_and_at_most_40_lines(ray_head, tmp_path)
     assert text.count("\n") <= 40, text
     assert "10/10" in text and "\x1b[" in text  # the bar, drawn with terminal control sequences
     assert "completed step:" not in text and "Config param" not in text
-    assert "SUCCEEDED" in text and "loss curve: " in text
+    assert "SUCCEEDED" in text and "figure: " in text and "goodput " in text
     assert (tmp_path / "pytest-tty" / "job.log").read_text().count("completed step: 9,") == 2
 
 
@@ -294,7 +312,7 @@ def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head
     rc, err = _submit("--local", "--address", ray_head.address, "--output-dir", str(tmp_path), "--follow", run)
     assert rc == 0, err
     assert f"[submit] {sid} is " in err and "[submit] step 10/10  loss " in err
-    assert f"[submit] {sid} SUCCEEDED after " in err and f"loss curve: {tmp_path / run / 'report.png'}" in err
+    assert f"[submit] {sid} SUCCEEDED after " in err and f"figure: {tmp_path / run / 'report.png'}" in err
     assert client.get_job_status(sid) == JobStatus.SUCCEEDED
     assert sorted(int(p.name) for p in (tmp_path / run / "checkpoints").iterdir()) == [0, 5, 9]
 

@@ -69,7 +69,7 @@ def fake_cluster(monkeypatch):
         yield holder["client"]
 
     monkeypatch.setattr(submit, "job_client", job_client)
-    monkeypatch.setattr(submit, "_report", lambda spec, run_dir, outputs, log: holder.setdefault("reports", []).append(spec.run_name))
+    monkeypatch.setattr(submit, "_report", lambda run_dir, record, title, log: holder.setdefault("reports", []).append(record))
 
     def use(client: FakeJobsClient) -> FakeJobsClient:
         holder["client"] = client
@@ -250,10 +250,10 @@ def test_a_flaky_api_is_retried_and_one_job_is_submitted(capsys, tmp_path, dev_o
            "'Connection reset by peer')); retry 1/5 in 1 s" in err
     assert "[submit] submitting maxtext-flaky: ('Connection aborted.'" in err
     assert "[submit] following the log of maxtext-flaky: ('Connection aborted.'" in err
-    # list, submit, tail and the status poll after it: each 2 retries (1 s, 2 s).
-    assert {name: cluster.calls[name] for name in ("list_jobs", "submit_job", "tail_job_logs")} == {
-        "list_jobs": 3, "submit_job": 3, "tail_job_logs": 3}
-    assert delays == [1, 2] * 4
+    # list, submit, the job's record, tail and the status poll after it: each 2 retries (1 s, 2 s).
+    assert {name: cluster.calls[name] for name in ("list_jobs", "submit_job", "get_job_info", "tail_job_logs")} == {
+        "list_jobs": 3, "submit_job": 3, "get_job_info": 4, "tail_job_logs": 3}
+    assert delays == [1, 2] * 5
     assert "[submit] maxtext-flaky SUCCEEDED after " in err and ": 3 steps, loss 6.061 -> 5.282;" in err
 
 
@@ -668,3 +668,99 @@ def test_relay_copies_both_ways_until_one_side_closes():
     t.join(timeout=5)
     assert not t.is_alive() and server.recv(100) == b""
     server.close()
+
+
+# --- the job's record and the dashboard ----------------------------------------------------
+
+
+def test_the_jobs_record_has_rays_times_and_the_price_of_the_chips_it_held(capsys, tmp_path, dev_outputs, fake_cluster,
+                                                                           run_dirs):
+    from training.driver.run_files import JobRecord
+
+    cluster = fake_cluster(FakeJobsClient(log=STEPS_LOG))
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "run_name=priced")
+    assert rc == 0, err
+    record = JobRecord.load(run_dirs / "priced")
+    submitted = FakeJobsClient.SUBMITTED_MS / 1000
+    assert (record.submission_id, record.status) == ("maxtext-priced", "SUCCEEDED")
+    assert (record.submitted_at, record.ended_at) == (submitted, submitted + 60)
+    assert record.metrics_dir == "gs://my-tpu-project-maxtext-checkpoints/priced/tensorboard"
+    # The dev stack holds 2 v6e 4x4 slices in us-east5 on demand: 32 chips at the price table's rate.
+    assert (record.chips, record.usd_per_chip_hour) == (32, 43.2 / 16)
+    assert "on-demand list price, v6e in us-east5" in record.price_note
+    assert cluster.calls["get_job_info"] == 2  # when the log starts, and once the job ended
+
+
+def test_a_spot_stack_that_scales_to_zero_pays_for_the_runs_slices_at_the_spot_rate(capsys, tmp_path, dev_outputs,
+                                                                                    fake_cluster, run_dirs):
+    from training.driver.run_files import JobRecord
+
+    fake_cluster(FakeJobsClient(log=STEPS_LOG))
+    outputs = write(tmp_path, {**dev_outputs, "capacity": "spot", "scaleToZero": True})
+    rc, err = run_cli(capsys, "--outputs-file", outputs, "--slices", "1", "run_name=spot")
+    assert rc == 0, err
+    record = JobRecord.load(run_dirs / "spot")
+    assert (record.chips, record.usd_per_chip_hour) == (16, 17.28 / 16)
+
+
+def test_dashboard_forwards_to_the_head_until_ctrl_c(capsys, tmp_path, dev_outputs, monkeypatch):
+    """The URL on stdout reaches the head pod's dashboard port through the forward; Ctrl-C closes it (exit 0)."""
+    import http.server
+
+    class Dashboard(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ray dashboard")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Dashboard)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    class Stream:
+        def __init__(self, *args, ports):
+            assert args[1:] == ("head-b", "default") and ports == "8265"
+            self.sock = socket.create_connection(server.server_address)
+
+        def socket(self, port):
+            return self.sock
+
+    monkeypatch.setattr("kubernetes.stream.portforward", Stream)
+    monkeypatch.setattr(port_forward, "_core_api", lambda context: FakeCoreV1([pod("head-b")]))
+    seen = {}
+
+    def hold():
+        out, seen["err"] = capsys.readouterr()
+        seen["url"], seen["page"] = out.strip(), requests.get(out.strip(), timeout=10).text
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(submit, "hold", hold)
+    outputs = write(tmp_path, {**dev_outputs, "rayHeadService": "head-svc"})
+    try:
+        rc = submit.main(["--outputs-file", outputs, "--dashboard"])
+    finally:
+        server.shutdown()
+    err = seen["err"] + capsys.readouterr().err
+    assert rc == 0 and seen["page"] == "ray dashboard" and seen["url"].startswith("http://127.0.0.1:")
+    assert "[submit] Ray dashboard of default/head-svc (pod head-b, port 8265) at the URL below" in err
+    assert err.splitlines()[-1] == "[submit] port-forward closed"
+    with pytest.raises(requests.ConnectionError):  # the forward is closed
+        requests.get(seen["url"], timeout=2)
+
+
+@pytest.mark.parametrize("argv", [["--local", "--dashboard"], ["--dashboard", "--follow", "r"], ["--dashboard", "steps=2"]])
+def test_dashboard_is_only_the_forward(capsys, argv):
+    with pytest.raises(SystemExit) as e:
+        request.SubmitRequest.from_argv([*argv, *([] if "--local" in argv else ["--outputs-file", "o.json"])])
+    assert e.value.code == 2
+    assert "--dashboard opens the stack's Ray dashboard only" in capsys.readouterr().err
+
+
+def test_dashboard_without_a_head_is_one_line_and_exit_3(capsys, tmp_path, dev_outputs, monkeypatch):
+    monkeypatch.setattr(port_forward, "_core_api", lambda context: FakeCoreV1([pod("head-b", phase="Pending")]))
+    outputs = write(tmp_path, {**dev_outputs, "rayHeadService": "head-svc"})
+    assert submit.main(["--outputs-file", outputs, "--dashboard"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no running, ready pod behind service default/head-svc" in err

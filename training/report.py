@@ -1,38 +1,55 @@
-"""A run's loss and throughput per step, as a PNG: ``python -m training.report <run name | run dir>``.
+"""Where a run's TPU hours went, and its loss and throughput: ``python -m training.report <run> [--json]``.
 
-Reads what MaxText itself writes: its TensorBoard event files under
-``<base_output_directory>/<run_name>/tensorboard/`` (process 0 writes them;
-every start of a worker group opens a new file, which is how restarts are
-found). The directory may be local or a ``gs://`` URL (any fsspec filesystem).
-The event files are TFRecords of ``Event`` protos (tensorboardX ships the
-protos and the checksum); a half-written last record of a killed writer is
-skipped. The picture is drawn with Pillow: loss on top, tokens/s per device
-below, a dashed line where the worker group restarted.
+Prints the run's goodput table (``training.goodput``: productive steps, start-up,
+compilation, checkpoint saving and restoring, recovery after restarts, lost
+progress, other; seconds, share and money) and draws ``report.png``: loss and
+tokens/s per device over the steps, a dashed line where the worker group
+restarted, and a bar of the goodput buckets. ``--json`` prints one JSON object
+instead of the table.
+
+The sources are what the run already writes. MaxText's TensorBoard event files
+under ``<base_output_directory>/<run_name>/tensorboard/`` (process 0 writes them;
+every start of a worker group opens a new file, which is how restarts are found),
+local or ``gs://`` (any fsspec filesystem); they are TFRecords of ``Event`` protos
+(tensorboardX ships the protos and the checksum), and a half-written last record
+of a killed writer is skipped. The goodput also needs the job's log and record,
+which ``training.submit`` keeps in the run's directory on this machine
+(``training.driver.run_files``).
 
     python -m training.report local-tiny-20261203-101500          # under local-runs/
+    python -m training.report local-tiny-20261203-101500 --json
     python -m training.report gs://my-bucket/rayjob-elastic-8b-20261203-101500
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import struct
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from core.job_spec import JobSpec, run_location
+from training.driver import retry
 from training.driver.request import DEFAULT_LOCAL_DIR
+from training.driver.run_files import FIGURE, JOB_LOG, JOB_RECORD, JobRecord
+from training.goodput import BUCKETS, LABELS, Goodput, account
 
 LOSS = "learning/loss"
 TOKENS = "perf/per_device_tokens_per_sec"
-STEP_TIME = "perf/step_time_seconds"
-SIZE = (960, 640)
-
-
-class NoMetrics(Exception):
-    """Nothing to draw: no event files, or none with a loss."""
+FIGURE_INCHES = (10.0, 8.0)
+DPI = 110
+BUCKET_COLOURS = {
+    "productive": "#2e7d32",
+    "startup": "#90a4ae",
+    "compilation": "#7e57c2",
+    "checkpoint_save": "#fb8c00",
+    "checkpoint_restore": "#fdd835",
+    "recovery": "#e53935",
+    "lost_progress": "#8e0000",
+    "other": "#d7d7d7",
+}
 
 
 @dataclass
@@ -40,6 +57,8 @@ class RunMetrics:
     """Scalars per tag and step (a step run again after a restore keeps its last value)."""
 
     scalars: dict[str, dict[int, float]] = field(default_factory=dict)
+    wall_times: dict[int, float] = field(default_factory=dict)
+    """When the loss of each step was written (epoch seconds; its last execution)."""
     restarts: list[int] = field(default_factory=list)
     """The first step logged by each worker group after the first."""
     files: list[str] = field(default_factory=list)
@@ -48,9 +67,14 @@ class RunMetrics:
         return sorted(self.scalars.get(tag, {}).items())
 
 
-def metrics_dir(spec: JobSpec, bucket: Optional[str] = None) -> str:
-    """Where MaxText writes the run's event files, as this machine reaches it (the bucket for /data)."""
-    return run_location(spec, "tensorboard", bucket)
+@dataclass(frozen=True)
+class Report:
+    goodput: Optional[Goodput]
+    no_goodput: str
+    """Why there is no goodput (which file is missing), when there is none."""
+    figure: Optional[Path]
+    no_figure: str
+    """Why nothing was drawn (no event file with a loss), when nothing was."""
 
 
 def _records(data: bytes):
@@ -96,89 +120,146 @@ def read_metrics(directory: str) -> RunMetrics:
                 else:
                     continue
                 metrics.scalars.setdefault(value.tag, {})[int(event.step)] = float(number)
-                if value.tag == LOSS and first_step is None:
-                    first_step = int(event.step)
+                if value.tag == LOSS:
+                    metrics.wall_times[int(event.step)] = event.wall_time
+                    if first_step is None:
+                        first_step = int(event.step)
         if position > 0 and first_step is not None:
             metrics.restarts.append(first_step)
     return metrics
 
 
-def write_report(directory: str, png: Path, title: str) -> Path:
-    """Draw the run's loss and tokens/s per device per step into ``png``; raises NoMetrics if there is no loss."""
-    metrics = read_metrics(directory)
-    if not metrics.series(LOSS):
-        found = f"{len(metrics.files)} event files without a {LOSS}" if metrics.files else "no event files"
-        raise NoMetrics(f"{found} under {directory}")
+def goodput_of(run_dir: Path, wall_times: dict[int, float]) -> tuple[Optional[Goodput], str]:
+    """The goodput of the job whose log and record are in ``run_dir``, or None and why not."""
+    from training.driver.timeline import read_times
+
+    try:
+        record = JobRecord.load(run_dir)
+        log = (run_dir / JOB_LOG).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError as e:
+        return None, (f"no goodput: no {Path(e.filename).name} in {run_dir} "
+                      "(training.submit writes it for the runs it submits or follows)")
+    if record.ended_at is None:
+        return None, f"no goodput: {record.submission_id} had not ended when {JOB_RECORD} was written"
+    return account(read_times(log, record.submitted_at, record.ended_at, wall_times), record.usd_per_hour), ""
+
+
+def draw(metrics: RunMetrics, goodput: Optional[Goodput], title: str, png: Path) -> Path:
+    """Loss and tokens/s per device per step, restarts marked, and the goodput bar (if known), into ``png``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    figure = Figure(figsize=FIGURE_INCHES, dpi=DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    rows = [3, 3, 1.6] if goodput else [3, 3]
+    axes = figure.subplots(len(rows), 1, height_ratios=rows)
+    loss_axis, tokens_axis = axes[0], axes[1]
+    tokens_axis.sharex(loss_axis)
+    for axis, tag, label, colour in (
+        (loss_axis, LOSS, "loss", "#1565c0"), (tokens_axis, TOKENS, "tokens/s per device", "#ef6c00"),
+    ):
+        points = metrics.series(tag)
+        if points:
+            axis.plot([s for s, _ in points], [v for _, v in points], color=colour, marker="o", markersize=3, linewidth=1.6)
+        else:
+            axis.text(0.5, 0.5, f"{tag} not logged", transform=axis.transAxes, ha="center", color="grey")
+        axis.set_ylabel(label)
+        axis.grid(True, alpha=0.3)
+        for number, step in enumerate(metrics.restarts, start=1):
+            axis.axvline(step - 0.5, color="#c62828", linestyle="--", linewidth=1.2,
+                         label=f"restart {number}: resumed at step {step}" if axis is loss_axis else None)
+    loss_axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    loss_axis.tick_params(labelbottom=False)
+    tokens_axis.set_xlabel("step")
+    tokens_axis.yaxis.set_major_formatter("{x:,.0f}")
+    if metrics.restarts:
+        loss_axis.legend(loc="upper right", frameon=False)
+    if goodput:
+        _goodput_bar(axes[2], goodput)
+    figure.suptitle(title, fontsize=13)
     png.parent.mkdir(parents=True, exist_ok=True)
-    draw(metrics, title).save(png)
+    figure.savefig(png)
     return png
 
 
-def draw(metrics: RunMetrics, title: str):
-    from PIL import Image, ImageDraw, ImageFont
-
-    image = Image.new("RGB", SIZE, "white")
-    pen = ImageDraw.Draw(image)
-    font = ImageFont.load_default()
-    pen.text((60, 12), title, fill="black", font=font)
-    steps = [step for step, _ in metrics.series(LOSS)]
-    panels = [(LOSS, "loss", (30, 90, 200), (40, 330)), (TOKENS, "tokens/s/device", (200, 90, 30), (350, 610))]
-    for tag, label, colour, (top, bottom) in panels:
-        _panel(pen, font, metrics.series(tag), (min(steps), max(steps)), metrics.restarts, label, colour, top, bottom)
-    return image
+def _time_unit(seconds: float) -> tuple[float, str]:
+    """The unit a person reads a duration in: seconds, minutes or hours."""
+    if seconds < 600:
+        return 1.0, "s"
+    return (60.0, "min") if seconds < 3 * 3600 else (3600.0, "h")
 
 
-def _panel(pen, font, points, step_range, restarts, label, colour, top, bottom) -> None:
-    left, right = 90, SIZE[0] - 30
-    pen.rectangle([left, top, right, bottom], outline="black")
-    pen.text((left + 6, top + 4), label, fill=colour, font=font)
-    if not points:
-        pen.text((left + 6, top + 20), "(not logged)", fill="grey", font=font)
-        return
-    first, last = step_range
-    span = max(last - first, 1)
-    values = [value for _, value in points]
-    low, high = min(values), max(values)
-    if high == low:
-        high = low + abs(low) * 0.01 + 1e-9
+def _goodput_bar(axis, goodput: Goodput) -> None:
+    scale, unit = _time_unit(goodput.wall_s)
+    left = 0.0
+    for name in BUCKETS:
+        length = goodput.buckets[name] / scale
+        if length <= 0:
+            continue
+        axis.barh(0, length, left=left, color=BUCKET_COLOURS[name], edgecolor="white",
+                  label=f"{LABELS[name]} {goodput.percent(name):.0f}%")
+        if goodput.percent(name) >= 8:  # a label that fits inside its segment
+            axis.text(left + length / 2, 0, f"{goodput.percent(name):.0f}%", ha="center", va="center",
+                      color="white" if name in ("productive", "compilation", "recovery", "lost_progress") else "black")
+        left += length
+    axis.set_xlim(0, max(goodput.wall_s / scale, 1e-9))
+    axis.set_yticks([])
+    axis.set_xlabel(f"the job's wall time, submission to end ({unit}), by where it went")
+    cost = f", ${goodput.wall_s / 3600 * goodput.usd_per_hour:,.2f} of TPU time" if goodput.usd_per_hour else ""
+    axis.set_title(f"goodput {goodput.goodput_pct:.1f}%: {goodput.productive_s / scale:,.1f} {unit} of "
+                   f"{goodput.wall_s / scale:,.1f} {unit} trained{cost}", loc="left", fontsize=11)
+    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.55), ncol=4, frameon=False, fontsize=9)
 
-    def x(step: int) -> float:
-        return left + (step - first) / span * (right - left)
 
-    def y(value: float) -> float:
-        return bottom - (value - low) / (high - low) * (bottom - top - 24) - 4
+def write_report(run_dir: Path, metrics_at: str, png: Path, title: str) -> Report:
+    """The run's goodput (from its job's log and record in ``run_dir``) and its figure, drawn into ``png`` when
+    the event files under ``metrics_at`` have a loss."""
+    try:
+        metrics, unread = read_metrics(metrics_at), ""
+    except Exception as e:  # noqa: BLE001 - a bucket this machine may not read (credentials, network)
+        metrics, unread = RunMetrics(), f"cannot read {metrics_at} ({retry.reason(e)})"
+    goodput, no_goodput = goodput_of(run_dir, metrics.wall_times)
+    if not metrics.series(LOSS):
+        found = f"{len(metrics.files)} event files without a {LOSS}" if metrics.files else "no event files"
+        return Report(goodput, no_goodput, None,
+                      unread or f"{found} under {metrics_at} (MaxText writes them from the first step on)")
+    draw(metrics, goodput, title, png)
+    return Report(goodput, no_goodput, png, "")
 
-    for step in restarts:
-        for start in range(top, bottom, 8):
-            pen.line([(x(step), start), (x(step), min(start + 4, bottom))], fill="red", width=1)
-    coords = [(x(step), y(value)) for step, value in points]
-    if len(coords) > 1:
-        pen.line(coords, fill=colour, width=2)
-    for cx, cy in coords:
-        pen.ellipse([cx - 2, cy - 2, cx + 2, cy + 2], fill=colour)
-    pen.text((6, top + 18), f"{high:.4g}", fill="black", font=font)
-    pen.text((6, bottom - 12), f"{low:.4g}", fill="black", font=font)
-    pen.text((left, bottom + 4), f"step {first}", fill="black", font=font)
-    pen.text((right - 60, bottom + 4), f"step {last}", fill="black", font=font)
+
+def _locate(run: str, output_dir: Path) -> tuple[str, Path, str]:
+    """(name, this machine's run directory, where its event files are) of a run name, directory or URL."""
+    run = run.rstrip("/")
+    name = run.rsplit("/", 1)[-1]
+    if "://" in run:
+        return name, output_dir / name, f"{run}/tensorboard"
+    run_dir = Path(run) if Path(run).is_dir() else output_dir / run
+    try:
+        return name, run_dir, JobRecord.load(run_dir).metrics_dir
+    except FileNotFoundError:
+        return name, run_dir, str(run_dir / "tensorboard")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("run", help="a run name (under --output-dir), a run directory, or a gs:// run URL")
     parser.add_argument("--output-dir", default=str(DEFAULT_LOCAL_DIR), help="where local runs are (default local-runs/)")
-    parser.add_argument("-o", "--png", help="the PNG to write (default: <run dir>/report.png, ./<run>.png for gs://)")
+    parser.add_argument("-o", "--png", help=f"the figure to write (default: <run dir>/{FIGURE}, ./<run>.png for gs://)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args(argv)
-    run = args.run.rstrip("/")
-    remote = "://" in run
-    run_dir = run if remote or Path(run).is_dir() else str(Path(args.output_dir) / run)
-    name = run.rsplit("/", 1)[-1]
-    png = Path(args.png) if args.png else (Path(f"{name}.png") if remote else Path(run_dir) / "report.png")
-    try:
-        written = write_report(f"{run_dir}/tensorboard", png, title=name)
-    except NoMetrics as error:
-        print(f"python -m training.report: error: {error}", file=sys.stderr)
+    name, run_dir, metrics_at = _locate(args.run, Path(args.output_dir))
+    png = Path(args.png) if args.png else (run_dir / FIGURE if run_dir.is_dir() else Path(f"{name}.png"))
+    report = write_report(run_dir, metrics_at, png, title=name)
+    if report.figure is None:
+        print(f"python -m training.report: error: {report.no_figure}", file=sys.stderr)
         return 1
-    print(written)
+    if args.json:
+        print(json.dumps({"run": name, "figure": str(png), "goodput": report.goodput.to_json() if report.goodput else None,
+                          **({"no_goodput": report.no_goodput} if report.no_goodput else {})}))
+    else:
+        print(report.goodput.table() if report.goodput else report.no_goodput)
+        print(f"figure: {png}")
     return 0
 
 

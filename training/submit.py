@@ -4,6 +4,7 @@
     python -m training.submit --preset llama3-8b-elastic --stack dev
     python -m training.submit --outputs-file outputs.json --follow <run>
     python -m training.submit --local
+    python -m training.submit --outputs-file outputs.json --dashboard
 
 Both paths build the trainer's command line from a preset (plus ``key=value``
 overrides), validate it, reach a Ray Jobs API (through a Kubernetes
@@ -11,10 +12,11 @@ port-forward to the head service, a local head started here, or ``--address``),
 submit with a submission id derived from the run name (running the command
 again follows, reports or resumes that run: ``training.driver.jobs_client``),
 show progress while the job runs (``training.driver.display``; the job's whole
-log goes to ``<run dir>/job.log``), write the run's loss curve
-(``training.report``) and exit with the job's outcome. ``--follow`` attaches to
-a run without submitting anything: a run declared in the stack (a RayJob) or
-one submitted before.
+log goes to ``<run dir>/job.log``, Ray's record of it to ``job.json``), print the
+run's goodput and draw its figure (``training.report``) and exit with the job's
+outcome. ``--follow`` attaches to a run without submitting anything: a run
+declared in the stack (a RayJob) or one submitted before. ``--dashboard`` only
+forwards a local port to the RayCluster's Ray dashboard, until Ctrl-C.
 
 Exit status: 0 job succeeded; 1 job failed or was stopped; 2 bad arguments or
 stack outputs; 3 cluster unreachable; 130 interrupted (the job is stopped).
@@ -38,6 +40,7 @@ from training.driver.errors import ClusterError
 from training.driver.jobs_client import TERMINAL, JobsApi, decide, latest
 from training.driver.progress import ERROR_LINES, Progress
 from training.driver.request import SubmitRequest
+from training.driver.run_files import FIGURE, JOB_LOG, JobRecord, open_job_log
 from training.driver.submission import LOCAL_WORKERS, Submission, for_cluster, for_local
 
 _RAY_CLIENT_LOGGERS = (
@@ -114,6 +117,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 if request.outputs_file
                 else stack_outputs.load_stack(request.stack or "")
             )
+        if request.dashboard:
+            return dashboard(request, outputs)
         if request.follow and request.local and not request.address:
             raise ConfigError("--follow", request.follow, "a run on a Ray head that outlives this command: add --address")
         submission = None if request.follow else (for_local(request) if request.local else for_cluster(request, outputs))
@@ -158,48 +163,55 @@ def _run(request: SubmitRequest, outputs, submission: Optional[Submission]) -> i
         bucket = outputs.bucket_name if outputs else None
         checkpoints = submission.checkpoints if submission else run_location(spec, "checkpoints", bucket)
         run_dir.mkdir(parents=True, exist_ok=True)
-        job_log = run_dir / "job.log"
+        sid = nxt.submission_id
+        job_log = run_dir / JOB_LOG
         log(f"job log: {job_log}" + ("" if request.verbose else " (--verbose streams it here too)"))
         progress = Progress()
         # The interrupt may land anywhere from the submission on, even before follow() starts.
-        with open(job_log, "a", encoding="utf-8") as log_file:
-            def on_text(text: str) -> None:
-                log_file.write(text)
-                log_file.flush()
-                if request.verbose:
-                    sys.stdout.write(text)
-                    sys.stdout.flush()
+        try:
+            if nxt.action == "submit":
+                assert submission is not None
+                metadata = {"run_name": run_name, "attempt": str(nxt.attempt)}
+                if api.submit(sid, submission.entrypoint, submission.runtime_env, metadata):
+                    log(f"submitted {sid}: {submission.entrypoint}")
+                else:
+                    log(f"{sid} was submitted meanwhile; following it")
+            with open_job_log(run_dir, sid) as log_file:
+                _job_record(api, sid, spec, outputs).save(run_dir)
 
-            try:
+                def on_text(text: str) -> None:
+                    log_file.write(text)
+                    log_file.flush()
+                    if request.verbose:
+                        sys.stdout.write(text)
+                        sys.stdout.flush()
+
                 if nxt.action == "report":
-                    text = api.logs(nxt.submission_id)
+                    text = api.logs(sid)
                     on_text(text)
                     progress.feed(text)
                     progress.flush()
-                    status = api.status(nxt.submission_id) or "UNKNOWN"
-                    log(f"{nxt.submission_id} {status}: {summary(progress)}; checkpoints: {checkpoints}")
-                    _report(spec, run_dir, outputs, log)
-                    return 0 if status == "SUCCEEDED" else 1
-                if nxt.action == "submit":
-                    assert submission is not None
-                    metadata = {"run_name": run_name, "attempt": str(nxt.attempt)}
-                    if api.submit(nxt.submission_id, submission.entrypoint, submission.runtime_env, metadata):
-                        log(f"submitted {nxt.submission_id}: {submission.entrypoint}")
-                    else:
-                        log(f"{nxt.submission_id} was submitted meanwhile; following it")
-                display = for_stream(spec.steps)
-                try:
-                    status = follow(api, nxt.submission_id, progress, display, on_text)
-                finally:
-                    display.close()
-                message = api.message(nxt.submission_id) if status == "FAILED" and not progress.errors else ""
-            except KeyboardInterrupt:
-                stop_on_interrupt(api, nxt.submission_id, log)
-                raise
+                    status = api.status(sid) or "UNKNOWN"
+                else:
+                    display = for_stream(spec.steps)
+                    try:
+                        status = follow(api, sid, progress, display, on_text)
+                    finally:
+                        display.close()
+            failed_silently = nxt.action != "report" and status == "FAILED" and not progress.errors
+            message = api.message(sid) if failed_silently else ""
+            record = _job_record(api, sid, spec, outputs)
+            record.save(run_dir)
+        except KeyboardInterrupt:
+            stop_on_interrupt(api, sid, log)
+            raise
 
-    sid = nxt.submission_id
+    if nxt.action == "report":
+        log(f"{sid} {status}: {summary(progress)}; checkpoints: {checkpoints}")
+        _report(run_dir, record, run_name, log)
+        return 0 if status == "SUCCEEDED" else 1
     log(f"{sid} {status} after {time.monotonic() - started:.0f} s: {summary(progress)}; checkpoints: {checkpoints}")
-    _report(spec, run_dir, outputs, log)
+    _report(run_dir, record, run_name, log)
     if status == "SUCCEEDED":
         return 0
     if status == "FAILED":
@@ -223,20 +235,53 @@ def _follow_run_dir(request: SubmitRequest, spec: JobSpec) -> Path:
     return request.output_dir.resolve() / spec.run_name
 
 
-def _report(spec: JobSpec, run_dir: Path, outputs, log: Callable[[str], None]) -> None:
-    """The run's loss and throughput curve, from the metrics MaxText wrote, when they can be read."""
+def _job_record(api: JobsApi, sid: str, spec: JobSpec, outputs) -> JobRecord:
+    """What the goodput accounting needs to know of the job once Ray's record of it is gone."""
+    status, submitted, ended = api.timing(sid)
+    metrics_at = run_location(spec, "tensorboard", outputs.bucket_name if outputs else None)
+    if outputs is None:
+        return JobRecord(sid, submitted, ended, status, metrics_at, chips=0, usd_per_chip_hour=0.0,
+                         price_note="a local run: no TPU")
+    # A stack that scales to zero holds the run's slices only; otherwise every slice is paid for.
+    slices = spec.slices if outputs.scale_to_zero else outputs.num_slices
+    rate, note = outputs.usd_per_chip_hour()
+    return JobRecord(sid, submitted, ended, status, metrics_at, slices * outputs.chips_per_slice, rate, note)
+
+
+def _report(run_dir: Path, record: JobRecord, title: str, log: Callable[[str], None]) -> None:
+    """The run's goodput line and figure, from what the run wrote, when they can be read."""
     from training import report
 
-    metrics_dir = report.metrics_dir(spec, outputs.bucket_name if outputs else None)
+    built = report.write_report(run_dir, record.metrics_dir, run_dir / FIGURE, title=title)
+    log(built.goodput.line() if built.goodput else built.no_goodput)
+    log(f"figure: {built.figure}" if built.figure else f"no figure: {built.no_figure}")
+
+
+def dashboard(request: SubmitRequest, outputs) -> int:
+    """Forward a local port to the RayCluster's dashboard until Ctrl-C; its URL goes to stdout."""
+    from training.driver.port_forward import PortForward
+
+    log = PlainDisplay(None, sys.stderr).note
     try:
-        png = report.write_report(metrics_dir, run_dir / "report.png", title=spec.run_name)
-    except report.NoMetrics as e:
-        log(f"no loss curve: {e}")
-        return
-    except Exception as e:  # noqa: BLE001 - a bucket this machine may not read (credentials, network)
-        log(f"no loss curve: cannot read {metrics_dir} ({retry.reason(e)})")
-        return
-    log(f"loss curve: {png}")
+        with PortForward(
+            outputs.namespace, outputs.ray_head_service, outputs.ray_dashboard_port, context=request.kube_context
+        ) as pf:
+            log(f"Ray dashboard of {outputs.namespace}/{outputs.ray_head_service} (pod {pf.pod}, port {pf.pod_port}) "
+                "at the URL below; Ctrl-C closes the port-forward")
+            print(pf.url, flush=True)
+            hold()
+    except ClusterError as e:
+        print(f"python -m training.submit: error: {e}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        log("port-forward closed")
+    return 0
+
+
+def hold() -> None:
+    """Wait for Ctrl-C."""
+    while True:
+        time.sleep(3600)
 
 
 @contextmanager

@@ -188,6 +188,13 @@ class JobsApi:
     def entrypoint(self, sid: str) -> str:
         return self._call(f"reading {sid}", lambda: self.client.get_job_info(sid).entrypoint) or ""
 
+    def timing(self, sid: str) -> tuple[str, float, float | None]:
+        """The job's status, when it was submitted and when it ended (None while it runs; epoch seconds), as Ray
+        records them."""
+        info = self._call(f"reading {sid}", lambda: self.client.get_job_info(sid))
+        status = str(getattr(info.status, "value", info.status))
+        return status, info.start_time / 1000, (info.end_time / 1000 if info.end_time else None)
+
     def message(self, sid: str) -> str:
         """Ray's message about the job (why it failed, when the log has nothing)."""
         return self._call(f"reading {sid}", lambda: self.client.get_job_info(sid).message) or ""

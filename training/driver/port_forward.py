@@ -115,6 +115,11 @@ class PortForward:
 
     def __exit__(self, *exc) -> None:
         if self._listener is not None:
+            # close() alone leaves the accepting thread's listener taking connections (Linux); shutdown wakes it.
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # where a listener cannot be shut down, close() ends accept()
             self._listener.close()
 
     def _accept(self) -> None:

@@ -13,8 +13,8 @@ from core.presets import PRESETS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_LOCAL_DIR = REPO_ROOT / "local-runs"
-"""This machine's run directories: ``<dir>/<run_name>/`` holds the job log and the loss curve
-(and, for a local run, MaxText's checkpoints and metrics)."""
+"""This machine's run directories: ``<dir>/<run_name>/`` holds the job's log and record and the report's figure
+(and, for a local run, MaxText's checkpoints and metrics); ``training.driver.run_files``."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ class SubmitRequest:
     """Stream the job's whole log, not only progress."""
     follow: Optional[str] = None
     """Attach to this run (a declared one, or a submitted one) instead of submitting."""
+    dashboard: bool = False
+    """Only forward a local port to the RayCluster's Ray dashboard, until Ctrl-C."""
     overrides: dict[str, Value] = field(default_factory=dict)
 
     @property
@@ -56,6 +58,9 @@ class SubmitRequest:
             parser.error("one of --outputs-file, --stack or --local is required")
         if args.follow and args.overrides:
             parser.error("--follow attaches to a run as it is: no key=value overrides")
+        if args.dashboard and (args.local or args.address or args.follow or args.overrides):
+            parser.error("--dashboard opens the stack's Ray dashboard only: with --outputs-file or --stack, "
+                         "no --local, --address, --follow or key=value overrides")
         overrides = parse_overrides(args.overrides)
         if args.follow:
             overrides["run_name"] = args.follow
@@ -74,6 +79,7 @@ class SubmitRequest:
             output_dir=Path(args.output_dir),
             verbose=args.verbose,
             follow=args.follow,
+            dashboard=args.dashboard,
             overrides=overrides,
         )
 
@@ -107,10 +113,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--address", help="Ray dashboard URL to use as is (no port-forward, no local head)")
     p.add_argument("--kube-context", help="kubeconfig context for the port-forward")
     p.add_argument("--output-dir", default=str(DEFAULT_LOCAL_DIR),
-                   help="this machine's run directories: <dir>/<run_name>/ gets the job log and the loss curve, "
+                   help="this machine's run directories: <dir>/<run_name>/ gets the job log and the report's figure, "
                         "and with --local MaxText's checkpoints (default local-runs/)")
     p.add_argument("--follow", metavar="RUN",
                    help="attach to run RUN (declared in the stack's runs, or submitted before): progress and exit status")
+    p.add_argument("--dashboard", action="store_true",
+                   help="forward a local port to the RayCluster's Ray dashboard, print its URL and keep the forward "
+                        "open until Ctrl-C (submits nothing)")
     p.add_argument("--verbose", action="store_true", help="stream the job's whole log, not only progress")
     p.add_argument("overrides", nargs="*", metavar="key=value",
                    help="MaxText overrides, e.g. steps=20 (run_name=NAME follows or resumes that run)")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from core.capacity import CAPACITY_MODES
 from core.errors import ConfigError
+from core.estimates.prices import chip_price
 from core.tpu_catalogue import slice_shape
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +26,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass(frozen=True)
 class StackOutputs:
+    region: str
     namespace: str
     bucket_name: str
     ray_head_service: str
@@ -47,8 +49,20 @@ class StackOutputs:
     def spot(self) -> bool:
         return self.capacity == "spot"
 
+    def usd_per_chip_hour(self) -> tuple[float | None, str]:
+        """The list price of one of the stack's TPU chips for an hour, and where it comes from (None: no price here)."""
+        try:
+            price = chip_price(self.tpu_generation, self.region)
+        except ConfigError as e:
+            return None, f"no list price here for {self.tpu_generation} in {self.region}: {e}"
+        basis = "Spot" if self.spot else "on-demand"
+        caveat = "" if self.capacity in ("on-demand", "spot") else f" (a {self.capacity} stack: an upper bound)"
+        return price.usd_per_chip_hour(self.spot), f"{basis} list price, {self.tpu_generation} in {self.region}" \
+            f"{caveat}, {price.as_of}"
+
 
 _FIELDS = {
+    "region": ("region", str),
     "namespace": ("namespace", str),
     "bucketName": ("bucket_name", str),
     "rayHeadService": ("ray_head_service", str),
