@@ -2,7 +2,7 @@
 
 :class:`StackConfig` is the whole contract of ``Pulumi.<stack>.yaml``: each
 field carries its config key (the alias), its default, its description (the
-README's config table is rendered from them, and a test keeps the two equal)
+config table of docs/deploy.md is rendered from them, and a test keeps the two equal)
 and its rule. Defaults of the keys a component takes come from that
 component's module, so the stack and the library cannot drift apart.
 
@@ -572,7 +572,7 @@ def raw_pulumi_config() -> dict[str, str]:
 
 
 def config_table() -> str:
-    """The README's config table, from the model: key, default, notes."""
+    """The config table of docs/deploy.md, from the model: key, default, notes."""
     rows = ["| key | default | notes |", "|---|---|---|"]
     for field in StackConfig.model_fields.values():
         alias = field.alias or ""

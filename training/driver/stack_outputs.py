@@ -1,4 +1,4 @@
-"""The stack outputs the submit command reads (the contract is the README's "Stack outputs").
+"""The stack outputs the submit command reads (the contract is docs/deploy.md's "Stack outputs").
 
 Two sources: a JSON file (``pulumi stack output --json > outputs.json``, or
 ``-`` for stdin), or a stack selected through the Pulumi Automation API (which
