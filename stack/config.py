@@ -300,7 +300,7 @@ class StackConfig(BaseModel):
         gke_cluster.DEFAULT_RAY_CLUSTER_MONITORING,
         alias="gke-ray-tpu:rayClusterMonitoring",
         description="the Ray operator add-on sends the RayCluster's Ray metrics to Managed Service for Prometheus; "
-        "billed per sample ingested, every day the cluster runs (README: Logs and metrics); a cluster the stack creates",
+        "billed per sample ingested, every day the cluster runs (docs/training.md: Logs and metrics); a cluster the stack creates",
     )
     dcn_cidrs: Annotated[Optional[list], BeforeValidator(_json(list, '["10.50.0.0/16", "10.60.0.0/16"]'))] = Field(
         None,

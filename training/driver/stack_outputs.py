@@ -89,7 +89,7 @@ def from_mapping(raw: object, source: str) -> StackOutputs:
     for key, (field, kind) in _FIELDS.items():
         if key not in raw:
             raise ConfigError(
-                f"{source}: {key}", None, f"a {kind.__name__} output, which the stack exports (README: 'Stack outputs')"
+                f"{source}: {key}", None, f"a {kind.__name__} output, which the stack exports (docs/deploy.md: 'Stack outputs')"
             )
         value = raw[key]
         if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
