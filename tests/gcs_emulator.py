@@ -32,6 +32,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -127,6 +128,28 @@ class GcsEmulator:
             except OSError:
                 time.sleep(0.2)
         raise RuntimeError(f"fake-gcs-server did not answer on {self.backend_url} (log: {self.log_path})")
+
+    def objects(self, prefix: str) -> list[str]:
+        """Names of the bucket's objects under ``prefix``, read from the emulator itself (not through the
+        proxy, and without a Google client in the calling process)."""
+        names, token = [], ""
+        while True:
+            query = urllib.parse.urlencode({"prefix": prefix, **({"pageToken": token} if token else {})})
+            with urllib.request.urlopen(f"{self.backend_url}/storage/v1/b/{self.bucket}/o?{query}", timeout=30) as r:
+                page = json.load(r)
+            names += [item["name"] for item in page.get("items", [])]
+            if not (token := page.get("nextPageToken")):
+                return names
+
+    def committed_steps(self, checkpoints: str) -> list[int]:
+        """The steps under ``checkpoints`` (a prefix in the bucket) that Orbax would restore: those with a commit marker."""
+        prefix = checkpoints.rstrip("/") + "/"
+        steps = []
+        for name in self.objects(prefix):
+            step, _, rest = name.removeprefix(prefix).partition("/")
+            if step.isdigit() and rest == "commit_success.txt":
+                steps.append(int(step))
+        return sorted(steps)
 
     def release(self) -> None:
         """Drop the held upload (its connection is closed unanswered); later ones pass."""

@@ -20,6 +20,7 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Mapping
 
 from training.driver.errors import ClusterError
 
@@ -46,10 +47,13 @@ def free_ports(count: int) -> list[int]:
 class LocalRayHead:
     """``with LocalRayHead(num_cpus=2, log_path=...) as head:`` then use ``head.address``."""
 
-    def __init__(self, num_cpus: int, log_path: Path, startup_timeout_s: float = 120.0):
+    def __init__(self, num_cpus: int, log_path: Path, startup_timeout_s: float = 120.0,
+                 env: Mapping[str, str] | None = None):
         self.num_cpus = num_cpus
         self.log_path = log_path
         self.startup_timeout_s = startup_timeout_s
+        self.env = dict(env or {})
+        """More environment for the head and every process of its jobs (a test's storage emulator)."""
         self._proc: subprocess.Popen | None = None
         self._temp_dir: str | None = None
         self.address = ""
@@ -85,6 +89,7 @@ class LocalRayHead:
         # The job's entry point and the workers must find this venv's python.
         env = dict(
             os.environ,
+            **self.env,
             PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
             # A throwaway head has nothing to drain; the default makes stop() take 30 s.
             RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0",
