@@ -49,7 +49,7 @@ class RunMetrics:
 
 
 def metrics_dir(spec: JobSpec, bucket: Optional[str] = None) -> str:
-    """Where MaxText writes the run's event files, as this machine reaches it (the bucket for /data)."""
+    """Where MaxText writes the run's event files, as this machine reaches it (``core.job_spec.run_location``)."""
     return run_location(spec, "tensorboard", bucket)
 
 
