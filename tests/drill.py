@@ -198,9 +198,10 @@ def kill_a_worker(address: str, out_dir: Path, run_name: str, steps: int, checkp
         else:
             os.kill(pid, signal.SIGKILL)
         killed_at, last_seen = time.time(), max(progress.steps)
-        held_objects = storage.objects(f"{run_name}/checkpoints/{held}/") if held is not None else []
+        held_objects = []
         if held is not None:
-            storage.release()
+            held_objects = storage.objects(f"{run_name}/checkpoints/{held}/")
+            storage.release()  # the dead writer's upload is dropped; the next save of the step passes
         time.sleep(1)
         at_kill = committed()
         proc.wait(timeout=max(1.0, deadline - time.monotonic()))
