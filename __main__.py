@@ -18,7 +18,7 @@ from components.maxtext_run import MaxTextRun
 from components.ray_manifests import DASHBOARD_PORT
 from components.ray_tpu_cluster import RayTpuCluster, RayTpuClusterArgs
 from components.tpu_slice_node_pool import TpuSliceNodePool, TpuSliceNodePoolArgs
-from core.job_spec import DATA_MOUNT
+from core.job_spec import bucket_url
 from stack.config import config_keys, parse_stack_config, raw_pulumi_config
 from stack.preflight import check_declared_runs, check_idle_cost, check_planned_run
 
@@ -100,6 +100,7 @@ with config_keys(cfg):
             namespace=cfg.namespace,
             ksa_name=cfg.ksa_name,
             bucket_deletion=cfg.bucket_deletion,
+            hierarchical_namespace=cfg.bucket_hierarchical_namespace,
         ),
         opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=namespace_ready),
     )
@@ -143,7 +144,8 @@ pulumi.export("clusterVersion", cluster.version)
 pulumi.export("namespace", cfg.namespace)
 pulumi.export("ksaName", storage.ksa_name)
 pulumi.export("bucketName", storage.bucket_name)
-pulumi.export("checkpointDir", DATA_MOUNT)
+pulumi.export("bucketHierarchicalNamespace", storage.hierarchical_namespace_enabled)
+pulumi.export("checkpointDir", storage.bucket_name.apply(bucket_url))
 pulumi.export("rayClusterName", ray.cluster_name)
 pulumi.export("rayHeadService", ray.head_service)
 pulumi.export("rayDashboardPort", DASHBOARD_PORT)

@@ -11,9 +11,14 @@ from core.errors import ConfigError
 from core.naming import DNS_LABEL, DNS_SUBDOMAIN, check_bucket_name
 
 BUCKET_ROLE = "roles/storage.objectUser"
-"""Read, write, list and delete objects; no bucket or IAM administration."""
+"""Read, write, list and delete objects (and HNS folders); no bucket or IAM administration."""
+BUCKET_READER_ROLE = "roles/storage.legacyBucketReader"
+"""``storage.buckets.get`` (and ``storage.objects.list``), which objectUser lacks: MaxText reads the bucket's
+metadata before it writes to a ``gs://`` base (``maxtext.utils.gcs_utils.mkdir_and_check_permissions``)
+and refuses a bucket it cannot read. A legacy role, so grantable on a bucket only."""
 BUCKET_DELETION_POLICIES = ("retain", "delete-empty", "force")
 DEFAULT_BUCKET_DELETION = "retain"
+DEFAULT_HIERARCHICAL_NAMESPACE = True
 DEFAULT_NAMESPACE = "default"
 DEFAULT_KSA_NAME = "ray-tpu-ksa"
 
@@ -33,6 +38,8 @@ class GcsWorkloadIdentityArgs(TypedDict):
     """Kubernetes namespace of the service account (it must exist). Default: default."""
     ksa_name: NotRequired[str]
     """Kubernetes service account the Ray pods run as. Default: ray-tpu-ksa."""
+    hierarchical_namespace: NotRequired[bool]
+    """Create the bucket with a hierarchical namespace (folder renames are atomic, GCS FUSE's recommendation for checkpoints). Only at creation: Cloud Storage cannot convert a bucket, so an existing bucket keeps its namespace whatever this says (see hierarchical_namespace_enabled). Default: true."""
     bucket_deletion: NotRequired[str]
     """What pulumi destroy does to the bucket: retain (the default: drop it from the stack, keep it and its checkpoints), delete-empty (delete; Cloud Storage refuses while objects remain, so destroy stops instead of losing data) or force (delete it with every object)."""
 
@@ -68,6 +75,9 @@ def check_args(args: GcsWorkloadIdentityArgs, prefix: str = "GcsWorkloadIdentity
     deletion = args.get("bucket_deletion", DEFAULT_BUCKET_DELETION)
     if deletion not in BUCKET_DELETION_POLICIES:
         raise ConfigError(f"{prefix}bucket_deletion", deletion, f"one of {', '.join(BUCKET_DELETION_POLICIES)}")
+    hns = args.get("hierarchical_namespace", DEFAULT_HIERARCHICAL_NAMESPACE)
+    if not isinstance(hns, bool):
+        raise ConfigError(f"{prefix}hierarchical_namespace", hns, "true or false")
 
 
 def workload_identity_member(project: str, project_number: str, namespace: str, ksa_name: str) -> str:
@@ -79,13 +89,21 @@ def workload_identity_member(project: str, project_number: str, namespace: str, 
 
 
 class GcsWorkloadIdentity(pulumi.ComponentResource):
-    """A private, uniform-access STANDARD bucket, a KSA, and a bucket-scoped role for the KSA.
+    """A private, uniform-access STANDARD bucket, a KSA, and bucket-scoped roles for the KSA.
 
-    The binding is on the bucket, not the project, and names the KSA directly
+    The bindings are on the bucket, not the project, and name the KSA directly
     as a principal:// member, so no Google service account or key exists.
     principal:// members only work on buckets with uniform bucket-level
-    access, which is also what keeps ACLs from reopening the bucket. Needs a
-    Kubernetes provider for the cluster (opts providers).
+    access, which is also what keeps ACLs from reopening the bucket (and what
+    a hierarchical namespace requires). Needs a Kubernetes provider for the
+    cluster (opts providers).
+
+    The namespace is fixed when the bucket is created: Cloud Storage cannot
+    convert a bucket, and the provider would replace it. A replacement of a
+    named bucket creates the new one first, which fails on the taken name, and
+    nothing here may delete checkpoints, so the setting never reaches an
+    existing bucket (it is ignored on update); hierarchical_namespace_enabled
+    says what the bucket has, and a mismatch is a warning.
     """
 
     bucket_name: pulumi.Output[str]
@@ -93,7 +111,9 @@ class GcsWorkloadIdentity(pulumi.ComponentResource):
     ksa_name: pulumi.Output[str]
     """The Kubernetes service account's name."""
     member: pulumi.Output[str]
-    """The principal:// member granted roles/storage.objectUser on the bucket."""
+    """The principal:// member granted roles/storage.objectUser and roles/storage.legacyBucketReader on the bucket."""
+    hierarchical_namespace_enabled: pulumi.Output[bool]
+    """Whether the bucket has a hierarchical namespace (what it was created with)."""
 
     def __init__(self, name: str, args: GcsWorkloadIdentityArgs, opts: Optional[pulumi.ResourceOptions] = None):
         check_args(args)
@@ -101,6 +121,7 @@ class GcsWorkloadIdentity(pulumi.ComponentResource):
         namespace = args.get("namespace", DEFAULT_NAMESPACE)
         ksa_name = args.get("ksa_name", DEFAULT_KSA_NAME)
         deletion = args.get("bucket_deletion", DEFAULT_BUCKET_DELETION)
+        hns = args.get("hierarchical_namespace", DEFAULT_HIERARCHICAL_NAMESPACE)
 
         self.bucket = gcp.storage.Bucket(
             f"{name}-bucket",
@@ -110,8 +131,14 @@ class GcsWorkloadIdentity(pulumi.ComponentResource):
             storage_class="STANDARD",
             uniform_bucket_level_access=True,
             public_access_prevention="enforced",
+            hierarchical_namespace=gcp.storage.BucketHierarchicalNamespaceArgs(enabled=hns),
             force_destroy=deletion == "force",
-            opts=child_options(self, opts, retain_on_delete=deletion == "retain"),
+            opts=child_options(
+                self, opts, retain_on_delete=deletion == "retain", ignore_changes=["hierarchicalNamespace"]
+            ),
+        )
+        self.hierarchical_namespace_enabled = self.bucket.hierarchical_namespace.apply(
+            lambda actual: _warn_on_namespace(args["bucket_name"], hns, bool(actual and actual.enabled))
         )
         self.service_account = k8s.core.v1.ServiceAccount(
             f"{name}-ksa",
@@ -128,6 +155,29 @@ class GcsWorkloadIdentity(pulumi.ComponentResource):
             member=self.member,
             opts=child_options(self, opts),
         )
+        self.reader_binding = gcp.storage.BucketIAMMember(
+            f"{name}-bucket-reader",
+            bucket=self.bucket.name,
+            role=BUCKET_READER_ROLE,
+            member=self.member,
+            opts=child_options(self, opts),
+        )
         self.bucket_name = self.bucket.name
         self.ksa_name = self.service_account.metadata.name
-        self.register_outputs({"bucketName": self.bucket_name, "ksaName": self.ksa_name, "member": self.member})
+        self.register_outputs({
+            "bucketName": self.bucket_name, "ksaName": self.ksa_name, "member": self.member,
+            "hierarchicalNamespaceEnabled": self.hierarchical_namespace_enabled,
+        })
+
+
+def _warn_on_namespace(bucket: str, asked: bool, actual: bool) -> bool:
+    """An existing bucket keeps its namespace: say so when the setting asks for the other one."""
+    if asked != actual:
+        have, want = ("flat", "hierarchical") if asked else ("hierarchical", "flat")
+        pulumi.log.warn(
+            f"bucket {bucket} has a {have} namespace and keeps it: Cloud Storage cannot convert a bucket, "
+            f"so the {want} namespace asked for applies only to a new bucket. Checkpoints are safe either way "
+            "(runs write gs:// with Orbax's commit markers); to move to a new bucket, see the README, "
+            "'Moving checkpoints to a hierarchical-namespace bucket'"
+        )
+    return actual

@@ -14,6 +14,8 @@ by the KubeRay operator instead of a person:
   ``core/`` and ``training/`` as one zip into the checkpoint bucket, named by
   its content digest; every Ray pod mounts the bucket at ``/data`` and the
   job's runtime env puts the zip on ``PYTHONPATH``.
+* Checkpoints and metrics go to ``gs://<bucket>/<run>/`` directly, as with the
+  submit command (``core.job_spec.DATA_MOUNT`` says why not through ``/data``).
 * ``jobId``: ``maxtext-<run>-rayjob-<digest>``. KubeRay submits an id once and
   ignores later spec changes, so any change of the command or the code is a new
   Ray job of the same run (Pulumi replaces the RayJob), which resumes from the
@@ -38,8 +40,11 @@ from components.gcs_workload_identity import DEFAULT_NAMESPACE
 from core import code_archive
 from core.capacity import CAPACITY_MODES, DEFAULT_CAPACITY
 from core.errors import ConfigError
-from core.job_spec import DATA_MOUNT, JobSpec, build_job, declared_submission_id, entrypoint, run_location, runtime_env
-from core.naming import DNS_LABEL, RAY_CLUSTER_NAME, RAY_JOB_NAME
+from core.job_spec import (
+    COMPILATION_CACHE_DIR, DATA_MOUNT, JobSpec, bucket_url, build_job, declared_submission_id, entrypoint,
+    run_location, runtime_env,
+)
+from core.naming import DNS_LABEL, RAY_CLUSTER_NAME, RAY_JOB_NAME, check_bucket_name
 from core.presets import get_preset
 
 SUBMISSION_MODE = "HTTPMode"
@@ -52,8 +57,8 @@ class MaxTextRunArgs(TypedDict):
     """The run: the RayJob's name and MaxText's run_name (checkpoints under gs://<bucket>/<run_name>/checkpoints). A DNS-1035 label of at most 47 characters."""
     ray_cluster_name: str
     """The RayCluster (RayTpuCluster's) the job runs on, in the same namespace."""
-    bucket_name: pulumi.Input[str]
-    """The checkpoint bucket the RayCluster mounts at /data: the code archive goes there too."""
+    bucket_name: str
+    """The checkpoint bucket: the run writes to gs://<bucket_name>/<run_name>/, and the code archive goes there too (the RayCluster mounts it at /data). A name, not another resource's output: the job's command names the bucket and its Ray job id is a digest of the command, so both must be known when the program runs."""
     num_slices: int
     """Slices of the RayCluster (its TPU worker group's replicas)."""
     generation: str
@@ -82,6 +87,7 @@ def build_run_job(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> JobS
     """The run's job, with every rule the submit command applies (raises ConfigError)."""
     RAY_JOB_NAME.check(args["run_name"], f"{prefix}run_name")
     RAY_CLUSTER_NAME.check(args["ray_cluster_name"], f"{prefix}ray_cluster_name")
+    bucket = check_bucket_name(args["bucket_name"], f"{prefix}bucket_name")
     DNS_LABEL.check(args.get("namespace", DEFAULT_NAMESPACE), f"{prefix}namespace")
     preset = get_preset(args.get("preset", "llama3-8b"), key=f"{prefix}preset")
     if preset.backend != "tpu":
@@ -92,7 +98,7 @@ def build_run_job(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> JobS
         raise ConfigError(f"{prefix}capacity", args["capacity"], f"one of {', '.join(CAPACITY_MODES)}")
     return build_job(
         preset,
-        base_output_directory=DATA_MOUNT + "/",
+        base_output_directory=bucket_url(bucket) + "/",
         run_name=args["run_name"],
         slices=int(args["num_slices"]),
         overrides=dict(args.get("overrides") or {}),
@@ -101,7 +107,7 @@ def build_run_job(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> JobS
         generation=args["generation"],
         topology=args["topology"],
         spot=args.get("capacity", DEFAULT_CAPACITY) == "spot",
-        compilation_cache_dir=f"{DATA_MOUNT}/jax-cache",
+        compilation_cache_dir=COMPILATION_CACHE_DIR,
     )
 
 
@@ -179,9 +185,7 @@ class MaxTextRun(pulumi.ComponentResource):
         # Tied to the resource, so a consumer of the name waits for the RayJob to exist.
         self.ray_job_name = self.ray_job.urn.apply(lambda _: args["run_name"])
         self.submission_id = pulumi.Output.from_input(manifest["spec"]["jobId"])
-        self.checkpoint_dir = pulumi.Output.from_input(args["bucket_name"]).apply(
-            lambda bucket: run_location(spec, "checkpoints", bucket)
-        )
+        self.checkpoint_dir = pulumi.Output.from_input(run_location(spec, "checkpoints"))
         self.code_object = self.code.name
         self.register_outputs(
             {

@@ -34,7 +34,39 @@ POD_PORTS = {
 """The fixed ports the RayCluster's pods listen on (this module's manifest sets them)."""
 WORKER_GROUP = "tpu-group"
 NETDEV_DEVICE_CLASS = "netdev.google.com"
-GCS_FUSE_MOUNT_OPTIONS = "implicit-dirs,uid=1000,gid=1000,dir-mode=775,file-mode=664,file-cache:max-size-mb:-1"
+FILE_CACHE_MB = 4096
+"""The mount's file cache, on the node's boot disk (the sidecar's cache volume). Bounded: with
+``gke-gcsfuse/ephemeral-storage-limit: "0"`` nothing else stops it, and an unbounded cache
+(``-1``, the tutorial's) could fill the disk the kubelet and the Ray TPU image need, and get the
+pod evicted. What is read through /data is the code archive and compiled programs: tens to
+hundreds of MB, while checkpoints go to gs:// and never pass through the mount."""
+
+GCS_FUSE_MOUNT_OPTIONS = ",".join((
+    # Objects written through the API (the code archive, MaxText's files) have no directory
+    # placeholder objects on a flat bucket; without this their directories are not seen.
+    "implicit-dirs",
+    # The tutorial's: the Ray images run as uid 1000.
+    "uid=1000", "gid=1000", "dir-mode=775", "file-mode=664",
+    # From Google's mount for checkpoints and the JAX cache (gcsfuse samples/gke-csi-yaml/tpu/
+    # checkpointing-pv.yaml; core.gke.GCS_FUSE_TUNING_MIN_VERSION): what is read here is write-to-new
+    # (archives named by digest, cache entries by key), so a cached stat never goes stale ...
+    "metadata-cache:ttl-secs:-1", "metadata-cache:stat-cache-max-size-mb:-1", "metadata-cache:type-cache-max-size-mb:-1",
+    # ... but an entry host 0 has just written must be seen by a host that missed it a moment ago.
+    "metadata-cache:negative-ttl-secs:0",
+    f"file-cache:max-size-mb:{FILE_CACHE_MB}",
+    # zipimport reads the code archive in ranges (its directory, then each module): cache the whole file.
+    "file-cache:cache-file-for-range-read:true",
+    # A large file (a compiled program) comes into the cache in parallel chunks: a restart's first read waits less.
+    "file-cache:enable-parallel-downloads:true",
+))
+"""Options of the bucket's GCS FUSE mount at /data (``core.job_spec.DATA_MOUNT``).
+
+Left out of Google's checkpointing sample, on purpose: ``read_ahead_kb`` and streaming writes
+(large sequential checkpoint reads and writes, which go to gs:// directly; streaming writes are
+gcsfuse 3's default anyway), ``gcsfuseMetadataPrefetchOnMount`` (it would list the whole bucket,
+every checkpoint of every run, on each pod start), and ``rename-dir-limit`` (nothing renames a
+directory through the mount any more)."""
+
 # The tutorial's XLA/libtpu tuning for MaxText on Trillium.
 TUTORIAL_XLA_FLAGS = (
     "--xla_tpu_scoped_vmem_limit_kib=122880",

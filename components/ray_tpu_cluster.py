@@ -42,7 +42,7 @@ class RayTpuClusterArgs(TypedDict):
     """Inputs of RayTpuCluster."""
 
     bucket_name: pulumi.Input[str]
-    """The checkpoint bucket, mounted at /data in every Ray pod through GCS FUSE."""
+    """The checkpoint bucket, mounted at /data in every Ray pod through GCS FUSE (for the code archive and the compilation cache; runs write checkpoints to gs://<bucket>/ directly)."""
     name: NotRequired[str]
     """RayCluster name; the head Service is <name>-head-svc. Default: maxtext-tpu-cluster."""
     namespace: NotRequired[str]

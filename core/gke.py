@@ -30,6 +30,11 @@ DRANET_MIN_VERSION = {
 FLEX_START_TPU_MIN_VERSION = "1.33.0-gke.1712000"
 """GKE's minimum for TPU node pools with flex-start (GKE "About flex-start"; GPUs: 1.32.2-gke.1652000)."""
 
+GCS_FUSE_TUNING_MIN_VERSION = "1.32.2-gke.1297001"
+"""The GKE version from which Google documents the GCS FUSE mount options the RayCluster uses
+(``components.ray_manifests.GCS_FUSE_MOUNT_OPTIONS``: its sample mounts for checkpointing and the
+JAX cache, gcsfuse >= 3.0). Below both DRANET minimums; it binds a stack without DCN networks."""
+
 CLUSTER_MODES = ("standard", "autopilot")
 RELEASE_CHANNELS = ("UNSPECIFIED", "RAPID", "REGULAR", "STABLE", "EXTENDED")
 
@@ -90,6 +95,11 @@ def check_flex_start_floor(version: GkeVersion, key: str) -> None:
     check_floor(version, FLEX_START_TPU_MIN_VERSION, "GKE provisions TPUs with flex-start from that version", key)
 
 
+def check_gcs_fuse_floor(version: GkeVersion, key: str) -> None:
+    """The bucket's mount options need GKE's documented minimum for them."""
+    check_floor(version, GCS_FUSE_TUNING_MIN_VERSION, "the RayCluster's GCS FUSE mount options need it", key)
+
+
 def newest(versions: Sequence[str]) -> Optional[str]:
     """The newest exact version of ``versions`` (GKE lists them as text)."""
     parsed = [(v, text) for text in versions if (v := _parse_offered(text)) is not None]
@@ -131,4 +141,9 @@ def missing_for_ray_on_tpus(facts: ClusterFacts, project: str, mode: str, dranet
     floor = _parse_offered(DRANET_MIN_VERSION[mode])
     if dranet and (current is None or current < floor):
         missing.append(f"GKE {floor} or later for DRANET (runs {facts.master_version or 'an unknown version'})")
+    fuse_floor = _parse_offered(GCS_FUSE_TUNING_MIN_VERSION)
+    if current is None or current < fuse_floor:
+        missing.append(
+            f"GKE {fuse_floor} or later for the GCS FUSE mount options (runs {facts.master_version or 'an unknown version'})"
+        )
     return missing

@@ -54,7 +54,26 @@ checkpoint (float32 weights + Adam state) has time to reach the bucket before
 the next one starts."""
 
 DATA_MOUNT = "/data"
-"""Where every Ray pod sees the checkpoint bucket (GCS FUSE): the cluster runs' base_output_directory."""
+"""Where every Ray pod sees the checkpoint bucket through GCS FUSE: for what needs a file system (a
+declared run's code archive on PYTHONPATH, the compilation cache), never for checkpoints.
+
+Orbax treats a local path as atomic-rename storage: it saves into a temporary directory, renames it,
+and takes any directory without the temporary suffix as complete. On a bucket, GCS FUSE implements that
+rename as a copy and delete of every object (twice per save: the item and the step directory), and a
+host lost during the copy leaves a torn step directory a restore would take as complete. On a
+``gs://`` path Orbax writes in place and a step counts only once its ``commit_success.txt`` exists
+(``orbax.checkpoint._src.path.atomicity_defaults``), so cluster runs write to :func:`bucket_url`."""
+
+COMPILATION_CACHE_DIR = f"{DATA_MOUNT}/jax-cache"
+"""MaxText's ``jax_cache_dir`` on the cluster: in the bucket, so every host and every restart finds what
+host 0 compiled. JAX writes each entry once under a new name (no rename), which GCS FUSE uploads whole
+on close, and the mount's file cache serves the restarts' reads."""
+
+
+def bucket_url(bucket: str) -> str:
+    """The base a cluster run writes its checkpoints and metrics to: the bucket itself, as Orbax's ``gs://``."""
+    return f"gs://{bucket}"
+
 
 TRAINER_MODULE = "training.worker.trainer"
 SHIPPED_PACKAGES = ("core", "training")
@@ -224,10 +243,14 @@ class JobSpec:
 
 def run_location(spec: JobSpec, leaf: str, bucket: Optional[str] = None) -> str:
     """Where MaxText writes ``<base_output_directory>/<run_name>/<leaf>`` (``checkpoints``, ``tensorboard``),
-    as a person or a machine outside the cluster finds it: ``gs://<bucket>`` for the pods' ``/data`` mount."""
+    as a person or a machine outside the cluster finds it.
+
+    A job submitted before cluster runs wrote to the bucket directly had ``/data/`` as its base, the
+    pods' mount of ``bucket``: following it (``--follow``) still finds its files under ``gs://<bucket>``.
+    """
     base = str(spec.maxtext["base_output_directory"]).rstrip("/")
     if bucket and (base == DATA_MOUNT or base.startswith(DATA_MOUNT + "/")):
-        base = f"gs://{bucket}{base[len(DATA_MOUNT):]}"
+        base = f"{bucket_url(bucket)}{base[len(DATA_MOUNT):]}"
     return f"{base}/{spec.run_name}/{leaf}"
 
 

@@ -365,6 +365,11 @@ class StackConfig(BaseModel):
         alias="gke-ray-tpu:bucketDeletion",
         description="`retain`: destroy forgets the bucket and keeps it; `delete-empty`: GCS refuses while checkpoints remain, so destroy stops; `force`: deletes it with every object",
     )
+    bucket_hierarchical_namespace: Flag = Field(
+        gcs_workload_identity.DEFAULT_HIERARCHICAL_NAMESPACE,
+        alias="gke-ray-tpu:bucketHierarchicalNamespace",
+        description="create the bucket with a hierarchical namespace (atomic folder renames, GCS FUSE's recommendation); only when the bucket is created: an existing bucket keeps its namespace (a preview warning says so) and is never replaced",
+    )
     namespace: Annotated[Text, _name(naming.DNS_LABEL), _rule(_created_namespace)] = Field(
         gcs_workload_identity.DEFAULT_NAMESPACE,
         alias="gke-ray-tpu:namespace",
@@ -430,10 +435,11 @@ class StackConfig(BaseModel):
         )
         if self.autopilot:
             capacity_rules.check_autopilot_capacity(self.capacity, config_key("capacity"))
-        if self.capacity == "flex-start" and not self.existing_cluster_name:
-            gke.check_flex_start_floor(
-                gke.parse_version(self.cluster_version, config_key("cluster_version")), config_key("cluster_version")
-            )
+        if not self.existing_cluster_name:
+            version = gke.parse_version(self.cluster_version, config_key("cluster_version"))
+            gke.check_gcs_fuse_floor(version, config_key("cluster_version"))
+            if self.capacity == "flex-start":
+                gke.check_flex_start_floor(version, config_key("cluster_version"))
         gke_cluster.check_release_channel(self.cluster_mode, self.release_channel, config_key("release_channel"))
         cidrs = self.dcn_cidrs_or_default
         tpu_slice_node_pool.check_network_count(shape, len(cidrs), list(cidrs), config_key("dcn_cidrs"))
@@ -614,6 +620,7 @@ def component_keys(cfg: StackConfig) -> dict[str, str]:
         "GcsWorkloadIdentityArgs.namespace": key("namespace"),
         "GcsWorkloadIdentityArgs.ksa_name": key("ksa_name"),
         "GcsWorkloadIdentityArgs.bucket_deletion": key("bucket_deletion"),
+        "GcsWorkloadIdentityArgs.hierarchical_namespace": key("bucket_hierarchical_namespace"),
         "RayTpuClusterArgs.name": key("ray_cluster_name"),
         "RayTpuClusterArgs.compute_class": key("ray_cluster_name"),
         "RayTpuClusterArgs.namespace": key("namespace"),

@@ -46,6 +46,7 @@ class RegisteredResource:
     protect: bool
     replace_on_changes: list[str] = field(default_factory=list)
     delete_before_replace: bool = False
+    ignore_changes: list[str] = field(default_factory=list)
 
     @property
     def parent_type(self) -> Optional[str]:
@@ -107,6 +108,9 @@ class MockGke:
     channel_versions: Mapping[str, list[str]] = field(default_factory=lambda: MOCK_CHANNEL_VERSIONS)
     cluster_changes: Mapping[str, Any] = field(default_factory=dict)
     """Fields of ``mock_existing_cluster`` to change (a cluster without Dataplane V2, say)."""
+    existing_state: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Outputs, by resource type, that differ from the inputs because the resource already exists
+    (a bucket created flat before the stack asked for a hierarchical namespace, say)."""
 
     def engine_versions(self, prefix: str) -> dict:
         """``getEngineVersions`` as the provider computes it: a prefix filter on each list."""
@@ -137,6 +141,7 @@ class _StackMocks(pulumi.runtime.Mocks):
             outputs["masterAuth"] = {"clusterCaCertificate": MOCK_CA}
         if args.typ.startswith("gcp:") and "name" not in outputs:
             outputs["name"] = args.name
+        outputs.update(self.gke.existing_state.get(args.typ, {}))
         return f"{args.name}-id", outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs):
@@ -173,6 +178,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
                     protect=bool(request.protect),
                     replace_on_changes=list(request.replaceOnChanges),
                     delete_before_replace=bool(request.deleteBeforeReplace),
+                    ignore_changes=list(request.ignoreChanges),
                 )
             )
         return response

@@ -11,6 +11,11 @@ is, may be in flight: a kill there may lose more than a period.) What
 happened is read back from the job's log (``training.progress``) and the
 checkpoint directory. ``tests/test_training_elastic.py`` asserts on it;
 ``bench/bench_elastic_recovery.py`` times it.
+
+With ``storage`` (``tests/gcs_emulator.py``) the run writes to ``gs://<bucket>/``
+as cluster runs do; if that emulator holds the commit marker of a step, the
+kill comes instead when the save of that step has written everything but its
+marker (``tests/test_training_checkpoint_drill.py``).
 """
 
 from __future__ import annotations
@@ -22,11 +27,11 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from core.job_spec import submission_id_for
+from core.job_spec import bucket_url, submission_id_for
 from training.driver.local_ray import LocalRayNode
 from training.driver.progress import Progress
 from training.driver.timeline import ABSL_TIME
@@ -63,7 +68,12 @@ class Drill:
     checkpoints_at_end: list[int]
     wall_s: float
     run_dir: Path
-    """The run's directory: checkpoints, MaxText's event files, the job log and the loss curve."""
+    """This machine's directory of the run: the job log and the loss curve (and, written locally, its checkpoints
+    and MaxText's event files)."""
+    output_dir: str
+    """Where MaxText wrote the run: ``run_dir``, or ``gs://<bucket>/<run>`` with ``storage``."""
+    held_step_objects: list[str] = field(default_factory=list)
+    """With a held commit: the objects of that step's save when its writer was killed."""
 
     @property
     def killed_group(self):
@@ -133,21 +143,31 @@ def alive_train_worker_pids(address: str) -> set[int]:
 
 
 def kill_a_worker(address: str, out_dir: Path, run_name: str, steps: int, checkpoint_period: int,
-                  rank: int | None = 0, node: LocalRayNode | None = None, timeout_s: float = 480) -> Drill:
+                  rank: int | None = 0, node: LocalRayNode | None = None, timeout_s: float = 480,
+                  storage=None) -> Drill:
+    """``storage``: a ``tests.gcs_emulator.GcsEmulator`` the run writes to (the head must have its ``env``)."""
     from ray.job_submission import JobSubmissionClient
 
     client = JobSubmissionClient(address)
     sid = submission_id_for(run_name)
-    checkpoints = out_dir / run_name / "checkpoints"
     err_path = out_dir / f"{run_name}.submit.err"
+    written, env = [], dict(os.environ)
+    if storage is not None:
+        written, env = [f"base_output_directory={bucket_url(storage.bucket)}/"], {**env, **storage.env}
+        output_dir = f"{bucket_url(storage.bucket)}/{run_name}"
+        committed = lambda: storage.committed_steps(f"{run_name}/checkpoints")  # noqa: E731
+    else:
+        output_dir = str(out_dir / run_name)
+        committed = lambda: committed_checkpoints(out_dir / run_name / "checkpoints")  # noqa: E731
+    held = storage.hold_commit_of if storage is not None else None
     started = time.monotonic()
     deadline = started + timeout_s
     with open(err_path, "w") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "training.submit", "--local", "--elastic", "--address", address,
              "--output-dir", str(out_dir), f"steps={steps}", f"checkpoint_period={checkpoint_period}",
-             *PACED_MODEL, f"run_name={run_name}"],
-            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=err, text=True,
+             *PACED_MODEL, *written, f"run_name={run_name}"],
+            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=err, text=True, env=env,
         )
     try:
         pid = None
@@ -166,7 +186,11 @@ def kill_a_worker(address: str, out_dir: Path, run_name: str, steps: int, checkp
                     alive = alive_train_worker_pids(address)
                     assert pid in alive, (pid, alive)
                 continue
-            saved = [c for c in committed_checkpoints(checkpoints) if c >= checkpoint_period]
+            if held is not None:
+                if storage.held.is_set():  # the save of step `held` is written, all but its commit marker
+                    break
+                continue
+            saved = [c for c in committed() if c >= checkpoint_period]
             if saved and max(saved) < max(progress.steps) < max(saved) + checkpoint_period - 1:
                 break
         if node is not None:
@@ -174,8 +198,12 @@ def kill_a_worker(address: str, out_dir: Path, run_name: str, steps: int, checkp
         else:
             os.kill(pid, signal.SIGKILL)
         killed_at, last_seen = time.time(), max(progress.steps)
+        held_objects = []
+        if held is not None:
+            held_objects = storage.objects(f"{run_name}/checkpoints/{held}/")
+            storage.release()  # the dead writer's upload is dropped; the next save of the step passes
         time.sleep(1)
-        at_kill = committed_checkpoints(checkpoints)
+        at_kill = committed()
         proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:
         if proc.poll() is None:
@@ -196,9 +224,11 @@ def kill_a_worker(address: str, out_dir: Path, run_name: str, steps: int, checkp
         killed_at=killed_at,
         last_step_seen=last_seen,
         checkpoints_at_kill=at_kill,
-        checkpoints_at_end=committed_checkpoints(checkpoints),
+        checkpoints_at_end=committed(),
         wall_s=time.monotonic() - started,
         run_dir=out_dir / run_name,
+        output_dir=output_dir,
+        held_step_objects=held_objects,
     )
 
 

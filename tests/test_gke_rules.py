@@ -65,6 +65,20 @@ def test_a_minor_the_channel_does_not_offer_and_one_below_the_dranet_floor(dev_c
                                  clusterVersion="1.33", releaseChannel="STABLE")).resources
 
 
+def test_without_dcn_networks_the_bucket_mount_options_set_the_floor(dev_config):
+    """Google documents the RayCluster's GCS FUSE mount options from GKE 1.32.2-gke.1297001 (gcsfuse 3):
+    below both DRANET minimums, so it binds only a stack without DCN networks."""
+    from core.gke import DRANET_MIN_VERSION, GCS_FUSE_TUNING_MIN_VERSION, parse_version
+
+    floor = parse_version(GCS_FUSE_TUNING_MIN_VERSION, "floor")
+    assert all(floor < parse_version(v, "dranet") for v in DRANET_MIN_VERSION.values())
+    v5p = dict(tpuGeneration="v5p", tpuTopology="2x2x4", dcnCidrs=None)
+    for version in ("1.31", "1.32.2-gke.1296000"):
+        error = refused(with_keys(dev_config, clusterVersion=version, **v5p))
+        assert (error.key, error.value) == ("gke-ray-tpu:clusterVersion", version)
+        assert error.expected == "1.32.2-gke.1297001 or later: the RayCluster's GCS FUSE mount options need it"
+
+
 def test_unspecified_channel_picks_from_every_offered_version(dev_config):
     run = run_offline(with_keys(dev_config, releaseChannel="UNSPECIFIED"))
     assert run.outputs["clusterVersion"] == "1.35.3-gke.1993000"
@@ -88,6 +102,12 @@ def test_an_existing_cluster_missing_what_the_stack_relies_on_is_refused_listing
         "an existing cluster with Dataplane V2 (datapath LEGACY_DATAPATH; DRANET needs ADVANCED_DATAPATH); "
         "Workload Identity pool my-tpu-project.svc.id.goog (has none); the Ray operator add-on; "
         "the GCS FUSE CSI driver add-on; GKE 1.34.1-gke.1829001 or later for DRANET (runs 1.33.5-gke.1697000)"
+    )
+    older = MockGke(cluster_changes={"masterVersion": "1.31.9-gke.1044000"})
+    error = refused(with_keys(dev_config, **EXISTING, tpuGeneration="v5p", tpuTopology="2x2x4", dcnCidrs=None),
+                    gke=older)
+    assert error.expected == (
+        "an existing cluster with GKE 1.32.2-gke.1297001 or later for the GCS FUSE mount options (runs 1.31.9-gke.1044000)"
     )
 
 

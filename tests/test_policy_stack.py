@@ -82,7 +82,7 @@ def test_the_rules_really_apply_to_the_stack(prod):
     ]
     assert len(tpu_pools) == 2
     assert len(prod.of_type(P.BUCKET)) == 1
-    assert len(prod.of_type(P.BUCKET_IAM_MEMBER)) == 1
+    assert len(prod.of_type(P.BUCKET_IAM_MEMBER)) == 2  # objectUser and the legacy bucket reader
     assert len(prod.of_type(P.CLUSTER)) == 1
     assert len(prod.of_type("kubernetes:ray.io/v1:RayCluster")) == 1
     assert all(P.parse_urn(r.urn)[0] == "prod" for r in prod.resources)

@@ -94,9 +94,12 @@ CONTRACT = {
         outputs={"poolName": "string", "machineType": "string", "hosts": "integer", "chipsPerHost": "integer"},
     ),
     "GcsWorkloadIdentity": Contract(
-        inputs=_strings("bucketName", "location", "project", "projectNumber", "namespace", "ksaName", "bucketDeletion"),
+        inputs={
+            **_strings("bucketName", "location", "project", "projectNumber", "namespace", "ksaName", "bucketDeletion"),
+            "hierarchicalNamespace": "boolean",
+        },
         required=frozenset({"bucketName", "location", "project", "projectNumber"}),
-        outputs=_strings("bucketName", "ksaName", "member"),
+        outputs={**_strings("bucketName", "ksaName", "member"), "hierarchicalNamespaceEnabled": "boolean"},
     ),
     "RayTpuCluster": Contract(
         inputs={

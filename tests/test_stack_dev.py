@@ -120,18 +120,21 @@ def test_tpu_pools_wait_for_the_cluster_and_both_dcn_subnets(dev_run):
         assert {"gke-cluster", "dcn-tpu-subnet-1", "dcn-tpu-subnet-2"} <= names
 
 
-def test_bucket_is_private_uniform_standard_and_kept_on_destroy(dev_run):
+def test_bucket_is_private_uniform_standard_hierarchical_and_kept_on_destroy(dev_run):
     bucket = dev_run.one(BUCKET)
     assert bucket.inputs == {
         "name": "my-tpu-project-maxtext-checkpoints",
         "project": "my-tpu-project",
         "location": "us-east5",
         "storageClass": "STANDARD",
-        "uniformBucketLevelAccess": True,
+        "uniformBucketLevelAccess": True,  # also what a hierarchical namespace requires
         "publicAccessPrevention": "enforced",
+        "hierarchicalNamespace": {"enabled": True},
         "forceDestroy": False,
     }
     assert bucket.retain_on_delete is True
+    # The namespace is force-new in the provider: a changed setting must never replace the bucket.
+    assert bucket.ignore_changes == ["hierarchicalNamespace"] and not bucket.delete_before_replace
 
 
 def test_ksa_is_a_valid_service_account_in_the_namespace(dev_run):
@@ -141,16 +144,18 @@ def test_ksa_is_a_valid_service_account_in_the_namespace(dev_run):
     assert ksa.provider.split("::")[-1].startswith("gke-k8s")
 
 
-def test_iam_binding_is_bucket_scoped_to_the_ksa_principal(dev_run):
-    binding = dev_run.one(BUCKET_MEMBER).inputs
-    assert binding == {
-        "bucket": "my-tpu-project-maxtext-checkpoints",
-        "role": "roles/storage.objectUser",
-        "member": (
-            f"principal://iam.googleapis.com/projects/{MOCK_PROJECT_NUMBER}/locations/global/"
-            "workloadIdentityPools/my-tpu-project.svc.id.goog/subject/ns/default/sa/ray-tpu-ksa"
-        ),
-    }
+def test_iam_bindings_are_bucket_scoped_to_the_ksa_principal(dev_run):
+    member = (
+        f"principal://iam.googleapis.com/projects/{MOCK_PROJECT_NUMBER}/locations/global/"
+        "workloadIdentityPools/my-tpu-project.svc.id.goog/subject/ns/default/sa/ray-tpu-ksa"
+    )
+    bindings = sorted((b.inputs for b in dev_run.of_type(BUCKET_MEMBER)), key=lambda b: b["role"])
+    # objectUser for the objects; the legacy bucket reader for storage.buckets.get, which MaxText
+    # calls before it writes to a gs:// base and objectUser does not grant.
+    assert bindings == [
+        {"bucket": "my-tpu-project-maxtext-checkpoints", "role": role, "member": member}
+        for role in ("roles/storage.legacyBucketReader", "roles/storage.objectUser")
+    ]
     assert not [r for r in dev_run.resources if r.type.startswith("gcp:projects/")]
     assert "gcp:organizations/getProject:getProject" in dev_run.invokes
 
@@ -215,6 +220,20 @@ def test_tpu_worker_group_is_one_replica_per_slice(ray_cluster):
     assert not pod.get("hostNetwork")  # DRANET and GCS FUSE both refuse host-network pods
 
 
+def test_the_bucket_mount_is_tuned_for_write_to_new_files_with_a_bounded_cache(ray_cluster):
+    head = ray_cluster["spec"]["headGroupSpec"]["template"]["spec"]
+    worker = ray_cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    for pod in (head, worker):
+        volume = next(v for v in pod["volumes"] if "csi" in v)
+        options = volume["csi"]["volumeAttributes"]["mountOptions"].split(",")
+        assert options[:5] == ["implicit-dirs", "uid=1000", "gid=1000", "dir-mode=775", "file-mode=664"]
+        assert "file-cache:max-size-mb:4096" in options and "file-cache:max-size-mb:-1" not in options
+        assert {"metadata-cache:ttl-secs:-1", "metadata-cache:negative-ttl-secs:0",
+                "file-cache:enable-parallel-downloads:true", "file-cache:cache-file-for-range-read:true"} <= set(options)
+        assert len(options) == len(set(options)) and all(" " not in o for o in options)  # the CSI driver's format
+        assert set(volume["csi"]["volumeAttributes"]) == {"bucketName", "mountOptions"}  # no bucket-wide prefetch
+
+
 def test_ray_cluster_waits_for_slices_storage_and_claim(dev_run):
     ray = dev_run.one(RAYCLUSTER)
     names = {urn.rsplit("::", 1)[1] for urn in ray.dependencies}
@@ -236,6 +255,10 @@ def test_ray_cluster_equals_the_tutorial_manifest_except_documented_changes(ray_
     group.pop("minReplicas"), group.pop("maxReplicas")
     group["template"]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "two-netdev"
     group["template"]["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    for pod in (ours["spec"]["headGroupSpec"]["template"]["spec"], group["template"]["spec"]):
+        next(v for v in pod["volumes"] if "csi" in v)["csi"]["volumeAttributes"]["mountOptions"] = (
+            "implicit-dirs,uid=1000,gid=1000,dir-mode=775,file-mode=664,file-cache:max-size-mb:-1"
+        )
     assert with_integers(ours) == tutorial
 
 
@@ -250,7 +273,8 @@ def test_stack_outputs_feed_the_submit_step(dev_run):
         "namespace": "default",
         "ksaName": "ray-tpu-ksa",
         "bucketName": "my-tpu-project-maxtext-checkpoints",
-        "checkpointDir": "/data",
+        "bucketHierarchicalNamespace": True,
+        "checkpointDir": "gs://my-tpu-project-maxtext-checkpoints",
         "rayClusterName": "maxtext-tpu-cluster",
         "rayHeadService": "maxtext-tpu-cluster-head-svc",
         "rayDashboardPort": 8265,

@@ -66,12 +66,15 @@ def test_presets_render_the_tutorial_argv(preset, tutorial):
     assert spec.maxtext_argv == [DEFAULT_CONFIG, *tutorial]
 
 
-def test_70b_on_the_dev_stack_is_the_tutorial_command(dev_outputs_file):
+def test_70b_on_the_dev_stack_is_the_tutorial_command_writing_to_the_bucket(dev_outputs_file):
+    """The tutorial's command, except that MaxText writes to gs://<bucket>/ instead of the pods' /data mount
+    of it: there Orbax commits a step with a marker instead of renaming directories through GCS FUSE."""
     p = plan(dev_outputs_file, "--preset", "llama3-70b", "run_name=rayjob-multi-slice-70b-fsdp")
     assert shlex.split(p.entrypoint) == [
         "python", "-m", "training.worker.trainer",
         "--backend", "tpu", "--slices", "2", "--generation", "v6e", "--topology", "4x4",
-        DEFAULT_CONFIG, *TUTORIAL_70B[:-1], CACHE, TUTORIAL_70B[-1],
+        DEFAULT_CONFIG, "base_output_directory=gs://my-tpu-project-maxtext-checkpoints/", *TUTORIAL_70B[1:-1],
+        CACHE, TUTORIAL_70B[-1],
     ]
     # Only the two packages the job imports travel, not the repository.
     assert [path.rsplit("/", 1)[1] for path in p.runtime_env["py_modules"]] == ["core", "training"]
@@ -84,7 +87,8 @@ def test_70b_on_the_dev_stack_is_the_tutorial_command(dev_outputs_file):
 @pytest.mark.parametrize(
     "base, bucket, expected",
     [
-        ("/data/", "b", "gs://b/r/checkpoints"),  # a cluster run: the pods' mount of the bucket
+        ("gs://b/", "b", "gs://b/r/checkpoints"),  # a cluster run: the bucket itself
+        ("/data/", "b", "gs://b/r/checkpoints"),  # a job from before: the pods' mount of the bucket
         ("/data", "b", "gs://b/r/checkpoints"),
         ("/data/sub/", "b", "gs://b/sub/r/checkpoints"),
         ("/database/", "b", "/database/r/checkpoints"),  # not the mount, only a name that starts alike

@@ -87,7 +87,9 @@ def test_dev_stack_outputs_load(tmp_path, dev_outputs):
     assert (out.namespace, out.ray_head_service, out.ray_dashboard_port) == (
         "default", "maxtext-tpu-cluster-head-svc", 8265,
     )
-    assert (out.checkpoint_dir, out.num_slices, out.elastic_min_slices, out.spot) == ("/data", 2, 1, False)
+    assert (out.checkpoint_dir, out.num_slices, out.elastic_min_slices, out.spot) == (
+        "gs://my-tpu-project-maxtext-checkpoints", 2, 1, False,
+    )
     assert (out.tpu_generation, out.topology, out.hosts_per_slice, out.chips_per_slice) == ("v6e", "4x4", 4, 16)
 
 
@@ -112,6 +114,9 @@ def test_outputs_from_stdin(monkeypatch, dev_outputs):
         ({"capacity": MISSING}, "capacity", "a str output, which the stack exports"),
         ({"capacity": "preemptible"}, "capacity", "one of on-demand, spot, flex-start, reservation"),
         ({"checkpointDir": " "}, "checkpointDir", "a non-empty str"),
+        # A stack deployed before runs wrote to the bucket directly: its outputs must be refreshed.
+        ({"checkpointDir": "/data"}, "checkpointDir", "gs://my-tpu-project-maxtext-checkpoints, the bucket runs"),
+        ({"checkpointDir": "gs://another-bucket"}, "checkpointDir", "run `pulumi up` to update its outputs"),
         ({"rayDashboardPort": 0}, "rayDashboardPort", "a TCP port (1-65535)"),
     ],
 )

@@ -20,6 +20,7 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Mapping
 
 from training.driver.errors import ClusterError
 
@@ -49,11 +50,16 @@ def free_ports(count: int) -> list[int]:
 class LocalRayHead:
     """``with LocalRayHead(num_cpus=2, log_path=...) as head:`` then use ``head.address``."""
 
-    def __init__(self, num_cpus: int, log_path: Path, startup_timeout_s: float = 120.0, multi_node: bool = False):
+    def __init__(
+        self, num_cpus: int, log_path: Path, startup_timeout_s: float = 120.0, multi_node: bool = False,
+        env: Mapping[str, str] | None = None,
+    ):
         self.num_cpus = num_cpus
         self.multi_node = multi_node
         self.log_path = log_path
         self.startup_timeout_s = startup_timeout_s
+        self.env = dict(env or {})
+        """More environment for the head and every process of its jobs (a test's storage emulator)."""
         self._proc: subprocess.Popen | None = None
         self._temp_dir: str | None = None
         self.address = ""
@@ -107,23 +113,24 @@ class LocalRayHead:
         # (UsageStatsHead.run). A local head has one in its own home: nothing leaves the machine.
         home = Path(self._temp_dir)
         (home / "ray_bootstrap_config.yaml").write_text("provider:\n  type: local\n")
-        return dict(
-            os.environ,
-            HOME=str(home),
+        return {
+            **os.environ,
+            "HOME": str(home),
             # With usage stats off, the dashboard still tells usage-stats.ray.io so; here it tells
             # a closed port of this machine instead.
-            RAY_USAGE_STATS_ENABLED="0",
-            RAY_USAGE_STATS_REPORT_URL="http://127.0.0.1:9/",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
             # The job's entry point and the workers must find this venv's python.
-            PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
             # A throwaway head has nothing to drain; the default makes stop() take 30 s.
-            RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0",
+            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
             # `ray start` swaps --node-ip-address=127.0.0.1 for the machine's outward address
             # (services.resolve_ip_for_localhost) unless Ray is in its single-machine mode, which
             # this selects: every process of the head then uses 127.0.0.1. A head that other nodes
             # join (multi_node) cannot have it: Ray then refuses `ray start --address`.
             **({} if self.multi_node else {SINGLE_MACHINE_ENV: "0"}),
-        )
+            **self.env,
+        }
 
     def _wait_ready(self) -> None:
         import requests

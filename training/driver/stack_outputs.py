@@ -18,6 +18,7 @@ from pathlib import Path
 from core.capacity import CAPACITY_MODES
 from core.errors import ConfigError
 from core.estimates.prices import chip_price
+from core.job_spec import bucket_url
 from core.tpu_catalogue import slice_shape
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +33,7 @@ class StackOutputs:
     ray_head_service: str
     ray_dashboard_port: int
     checkpoint_dir: str
+    """``gs://<bucket_name>``: where cluster runs write checkpoints and metrics (Orbax's commit markers)."""
     tpu_generation: str
     accelerator_type: str
     topology: str
@@ -100,6 +102,12 @@ def from_mapping(raw: object, source: str) -> StackOutputs:
     outputs = StackOutputs(**values)
     if not 1 <= outputs.ray_dashboard_port <= 65535:
         raise ConfigError(f"{source}: rayDashboardPort", outputs.ray_dashboard_port, "a TCP port (1-65535)")
+    if outputs.checkpoint_dir.rstrip("/") != bucket_url(outputs.bucket_name):
+        raise ConfigError(
+            f"{source}: checkpointDir", outputs.checkpoint_dir,
+            f"{bucket_url(outputs.bucket_name)}, the bucket runs write checkpoints to (a stack deployed before "
+            "checkpoints went straight to the bucket exports /data: run `pulumi up` to update its outputs)",
+        )
     if outputs.capacity not in CAPACITY_MODES:
         raise ConfigError(f"{source}: capacity", outputs.capacity, f"one of {', '.join(CAPACITY_MODES)}")
     shape = slice_shape(outputs.tpu_generation, outputs.topology, key=f"{source}: topology")

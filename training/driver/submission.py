@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ConfigError
-from core.job_spec import SHIPPED_PACKAGES, JobSpec, build_job, entrypoint, run_location, runtime_env
+from core.job_spec import (
+    COMPILATION_CACHE_DIR, SHIPPED_PACKAGES, JobSpec, build_job, entrypoint, run_location, runtime_env,
+)
 from core.presets import get_preset
 from training.driver.request import REPO_ROOT, SubmitRequest
 from training.driver.stack_outputs import StackOutputs
@@ -61,10 +63,9 @@ def for_cluster(request: SubmitRequest, outputs: StackOutputs) -> Submission:
     slices = outputs.num_slices if request.slices is None else request.slices
     if slices > outputs.num_slices:
         raise ConfigError("--slices", slices, f"at most the stack's numSlices ({outputs.num_slices})")
-    checkpoint_dir = outputs.checkpoint_dir.rstrip("/")
     spec = build_job(
         preset,
-        base_output_directory=checkpoint_dir + "/",
+        base_output_directory=outputs.checkpoint_dir.rstrip("/") + "/",
         run_name=_run_name(request, preset.run_name),
         slices=slices,
         overrides=request.overrides,
@@ -75,7 +76,7 @@ def for_cluster(request: SubmitRequest, outputs: StackOutputs) -> Submission:
         topology=outputs.topology,
         max_failures=request.max_failures,
         spot=outputs.spot,
-        compilation_cache_dir=f"{checkpoint_dir}/jax-cache",
+        compilation_cache_dir=COMPILATION_CACHE_DIR,
     )
     return Submission(
         spec=spec,

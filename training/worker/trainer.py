@@ -3,7 +3,7 @@
 Run on the Ray head as the job's entry point::
 
     python -m training.worker.trainer --generation v6e --topology 4x4 --slices 2 \\
-        src/maxtext/configs/base.yml base_output_directory=/data/ ... run_name=...
+        src/maxtext/configs/base.yml base_output_directory=gs://<bucket>/ ... run_name=...
 
 (``--min-slices N`` makes it elastic). This is the tutorial's
 ``maxtext_multi_slice_trainer.py`` / ``maxtext_elastic_trainer.py`` in one

@@ -1,0 +1,62 @@
+"""A restore never takes an incomplete checkpoint on the path cluster runs write to (``gs://<bucket>/``).
+
+Orbax 0.12.8 decides by the path: on ``gs://`` a step counts only once its ``commit_success.txt``
+exists; on a local path (which is what the pods' GCS FUSE mount of the bucket is) any directory
+without the temporary suffix counts, so a half-copied rename would be restored. Both are shown here
+with MaxText's own checkpoint manager, the ``gs://`` one against a Cloud Storage emulator on
+127.0.0.1 (``tests/gcs_emulator.py``). The drill in ``tests/test_training_checkpoint_drill.py`` loses
+the writer of a real save.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.gcs_emulator import GcsEmulator
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_orbax_commits_with_a_marker_on_gs_and_by_renaming_on_a_local_path():
+    """The rule the cluster runs rely on, pinned to the installed Orbax (and checked in 0.12.4, the
+    lowest the TPU workers' `uv --resolution=lowest` may install for maxtext 0.2.5)."""
+    from etils import epath
+    from orbax.checkpoint._src.path import atomicity, atomicity_defaults
+
+    choose = atomicity_defaults.get_default_temporary_path_class
+    assert choose(epath.Path("gs://bucket/run/checkpoints")) is atomicity.CommitFileTemporaryPath
+    assert choose(epath.Path("/data/run/checkpoints")) is atomicity.AtomicRenameTemporaryPath
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    out = tmp_path_factory.mktemp("commit")
+    with GcsEmulator("commit-probe", out / "fake-gcs-server.log") as gcs:
+        env = dict(os.environ, **gcs.env, JAX_PLATFORMS="cpu")
+
+        def run(*argv: str) -> dict:
+            done = subprocess.run([sys.executable, "-m", "tests.orbax_probe", *argv], env=env, cwd=REPO_ROOT,
+                                  capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stderr[-3000:]
+            return json.loads(done.stdout.strip().splitlines()[-1])
+        yield run, out
+
+
+def test_a_step_without_its_commit_marker_is_skipped_on_gs(probe):
+    run, _ = probe
+    result = run("torn", "gs://commit-probe/run/checkpoints")
+    assert "commit_success.txt" in result["complete_files"] and "commit_success.txt" not in result["torn_files"]
+    assert "_CHECKPOINT_METADATA" in result["torn_files"]  # step 8 is there, half written
+    assert (result["latest"], result["steps"]) == (4, [0, 4])  # and a restore takes step 4
+
+
+def test_on_a_local_path_the_same_torn_step_would_be_restored(probe):
+    """Why cluster runs no longer write through the /data mount: a torn directory counts as complete."""
+    run, out = probe
+    result = run("torn", str(out / "local" / "checkpoints"))
+    assert (result["latest"], result["steps"]) == (8, [0, 4, 8])
