@@ -8,7 +8,7 @@ logged step is in ``(c, c + checkpoint_period - 1)``, SIGKILLs that pid, and
 waits for the job to end. (The log trails the computation by a step, and after
 the window the save of the next checkpoint, asynchronous as MaxText's default
 is, may be in flight: a kill there may lose more than a period.) What
-happened is read back from the job's log (``training.progress``) and the
+happened is read back from the job's log (``training.driver.progress``) and the
 checkpoint directory. ``tests/test_training_elastic.py`` asserts on it;
 ``bench/bench_elastic_recovery.py`` times it.
 """

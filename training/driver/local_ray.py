@@ -5,7 +5,7 @@ stops exactly the processes it started (raylet, GCS, dashboard, workers) and
 nothing else on the machine; ``ray stop`` would kill every Ray on the host.
 Every port is picked free, so two local heads (two test sessions) coexist.
 ``LocalRayNode`` adds a second node to such a head, for a drill that loses a
-whole node (``training.drill``).
+whole node (``tests/drill.py``).
 """
 
 from __future__ import annotations
