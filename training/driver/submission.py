@@ -32,10 +32,6 @@ class Submission:
     run_dir: Path
     """This machine's directory for the run: its job log (and, locally, checkpoints and metrics)."""
 
-    @property
-    def job_log(self) -> Path:
-        return self.run_dir / "job.log"
-
 
 def unique_run_name(base: str) -> str:
     return f"{base}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
