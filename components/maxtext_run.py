@@ -40,7 +40,7 @@ from core.capacity import CAPACITY_MODES, DEFAULT_CAPACITY
 from core.errors import ConfigError
 from core.job_spec import DATA_MOUNT, JobSpec, build_job, declared_submission_id, entrypoint, run_location, runtime_env
 from core.naming import DNS_LABEL, RAY_CLUSTER_NAME, RAY_JOB_NAME
-from core.presets import get_preset
+from core.presets import DEFAULT_PRESET, get_preset
 
 SUBMISSION_MODE = "HTTPMode"
 
@@ -83,7 +83,7 @@ def build_run_job(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> JobS
     RAY_JOB_NAME.check(args["run_name"], f"{prefix}run_name")
     RAY_CLUSTER_NAME.check(args["ray_cluster_name"], f"{prefix}ray_cluster_name")
     DNS_LABEL.check(args.get("namespace", DEFAULT_NAMESPACE), f"{prefix}namespace")
-    preset = get_preset(args.get("preset", "llama3-8b"), key=f"{prefix}preset")
+    preset = get_preset(args.get("preset", DEFAULT_PRESET), key=f"{prefix}preset")
     if preset.backend != "tpu":
         raise ConfigError(f"{prefix}preset", preset.name, "a TPU preset")
     if args.get("active_deadline_seconds") is not None:

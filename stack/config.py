@@ -30,7 +30,7 @@ from core import capacity as capacity_rules, gke, naming
 from core.errors import ConfigError
 from core.job_spec import JobSpec
 from core.maxtext import check_settings
-from core.presets import get_preset
+from core.presets import DEFAULT_PRESET, get_preset
 from core.tpu_catalogue import SliceShape, slice_shape
 
 NAMESPACE = "gke-ray-tpu"
@@ -183,7 +183,7 @@ def _runs(value: Any, info: ValidationInfo) -> tuple[DeclaredRun, ...]:
         if name in names:
             raise ConfigError(f"{at}.name", name, "a name no other run of the stack has")
         names.add(name)
-        preset = get_preset(item.get("preset", "llama3-8b"), key=f"{at}.preset")
+        preset = get_preset(item.get("preset", DEFAULT_PRESET), key=f"{at}.preset")
         if preset.backend != "tpu":
             raise ConfigError(f"{at}.preset", preset.name, "a TPU preset (tiny-cpu is for the local run)")
         overrides = item.get("overrides", {})
@@ -381,7 +381,8 @@ class StackConfig(BaseModel):
     planned_preset: Annotated[Optional[Text], _rule(_planned_preset)] = Field(
         None,
         alias="gke-ray-tpu:plannedPreset",
-        description="the training preset preview checks against the slices; a mismatch fails preview when set (unset: `llama3-8b`, and a mismatch only warns)",
+        description="the training preset preview checks against the slices; a mismatch fails preview when set "
+        f"(unset: `{DEFAULT_PRESET}`, and a mismatch only warns)",
     )
     planned_overrides: Annotated[dict, BeforeValidator(_json(dict, '{"per_device_batch_size": 2}')), _rule(_planned_overrides)] = Field(
         default_factory=dict,

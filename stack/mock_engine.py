@@ -25,7 +25,8 @@ from pulumi.runtime import config as runtime_config
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from core import REPO_ROOT
+
 PROGRAM = REPO_ROOT / "__main__.py"
 PROJECT = "gke-ray-tpu"
 MOCK_PROJECT_NUMBER = "123456789012"

@@ -19,7 +19,7 @@ from core.estimates.cost import CapacityCost, capacity_costs, format_capacity_co
 from core.estimates.prices import cpu_machine_usd_per_hour
 from core.maxtext import BASE_DEFAULTS, Value
 from core.parallelism import check_elastic
-from core.presets import get_preset
+from core.presets import DEFAULT_PRESET, get_preset
 from stack.config import StackConfig, config_key
 
 
@@ -91,14 +91,11 @@ def preflight(
     return report
 
 
-DEFAULT_PLANNED_PRESET = "llama3-8b"
-
-
 def planned_run(
     preset_name: Optional[str], overrides: Mapping[str, Value], key: str = config_key("planned_preset")
 ) -> tuple[dict[str, Value], bool]:
     """The MaxText settings of a training preset with overrides, and whether it is elastic."""
-    preset = get_preset(preset_name or DEFAULT_PLANNED_PRESET, key=key)
+    preset = get_preset(preset_name or DEFAULT_PRESET, key=key)
     return {**preset.maxtext, **overrides}, preset.elastic
 
 
@@ -116,7 +113,7 @@ def check_planned_run(cfg: StackConfig, info: Callable[[str], None], warn: Calla
     if report.errors and cfg.planned_preset:
         raise report.errors[0]
     for error in report.errors:
-        warn(f"the default planned run ({DEFAULT_PLANNED_PRESET}) does not map onto these slices: {error}")
+        warn(f"the default planned run ({DEFAULT_PRESET}) does not map onto these slices: {error}")
     info(report.format())
     return report
 

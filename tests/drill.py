@@ -29,8 +29,8 @@ from pathlib import Path
 from core.job_spec import submission_id_for
 from training.driver.local_ray import LocalRayNode
 from training.driver.progress import Progress
+from tests.conftest import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 _ABSL_TIME = re.compile(r"\)\S*\s+[IWEF](\d{4} \d{2}:\d{2}:\d{2}\.\d{6}) ")
 _WORKER_PID = re.compile(r"\(RayTrainWorker pid=(\d+)")
 _XLA_COMPILE = re.compile(r"Finished XLA compilation of \S+ in ([0-9.]+) sec")

@@ -15,12 +15,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from core import REPO_ROOT
 from core.capacity import CAPACITY_MODES
 from core.errors import ConfigError
 from core.tpu_catalogue import slice_shape
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-"""Where Pulumi.yaml is: the project the Automation API reads the stack of."""
 
 
 @dataclass(frozen=True)
