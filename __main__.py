@@ -16,7 +16,7 @@ from components.gcs_workload_identity import GcsWorkloadIdentity, GcsWorkloadIde
 from components.gke_cluster import GkeRayCluster, GkeRayClusterArgs
 from components.maxtext_run import MaxTextRun
 from components.ray_manifests import DASHBOARD_PORT
-from components.ray_tpu_cluster import RayTpuCluster, RayTpuClusterArgs
+from components.ray_tpu_cluster import RayTpuCluster
 from components.tpu_slice_node_pool import TpuSliceNodePool, TpuSliceNodePoolArgs
 from core.job_spec import DATA_MOUNT
 from stack.config import config_keys, parse_stack_config, raw_pulumi_config
@@ -102,47 +102,26 @@ with config_keys(cfg):
         opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=namespace_ready),
     )
 
+    # The pods run as the identity's service account and mount its bucket: RayTpuCluster waits for both through them.
+    # The node pools are no input of it (Autopilot has none), so it waits for them explicitly.
     ray = RayTpuCluster(
-        "ray",
-        RayTpuClusterArgs(
-            name=cfg.ray_cluster_name,
-            namespace=cfg.namespace,
-            service_account=cfg.ksa_name,
-            bucket_name=cfg.bucket_name,
-            generation=shape.generation.name,
-            topology=shape.topology,
-            num_slices=cfg.num_slices,
-            min_slices=cfg.elastic_min,
-            dcn_interfaces=len(cidrs),
-            image=cfg.ray_image,
-            megascale_port=cfg.megascale_port,
-            capacity=cfg.capacity,
-            scale_to_zero=cfg.scale_to_zero_or_default,
-            idle_timeout_s=cfg.idle_timeout_seconds,
-            **({"compute_class": cfg.compute_class_name} if cfg.autopilot else {}),
-        ),
-        # Pods need the KSA, the bucket binding and their node pools before they can start.
-        opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[storage, *slices]),
+        "ray", cfg.ray_cluster_args(storage), opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=slices)
     )
 
-    # Each run needs the RayCluster, and the bucket binding its pods read the code and write checkpoints with.
-    runs = [
-        MaxTextRun(f"run-{run.name}", cfg.run_args(index),
-                   opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[ray, storage]))
-        for index, run in enumerate(cfg.runs)
-    ]
+    # Each run waits for the RayCluster through its name, and for the bucket through the code archive.
+    runs = [MaxTextRun(f"run-{run.name}", cfg.run_args(index, ray), opts=in_cluster) for index, run in enumerate(cfg.runs)]
 
 pulumi.export("project", cfg.project)
 pulumi.export("region", cfg.region)
 pulumi.export("zone", cfg.zone_or_default)
-pulumi.export("clusterName", cluster.name)
+pulumi.export("clusterName", cluster.cluster_name)
 pulumi.export("clusterLocation", cluster.location)
 pulumi.export("clusterVersion", cluster.version)
 pulumi.export("namespace", cfg.namespace)
 pulumi.export("ksaName", storage.ksa_name)
 pulumi.export("bucketName", storage.bucket_name)
 pulumi.export("checkpointDir", DATA_MOUNT)
-pulumi.export("rayClusterName", ray.cluster_name)
+pulumi.export("rayClusterName", ray.ray_cluster_name)
 pulumi.export("rayHeadService", ray.head_service)
 pulumi.export("rayDashboardPort", DASHBOARD_PORT)
 pulumi.export("tpuGeneration", shape.generation.name)
@@ -154,7 +133,7 @@ pulumi.export("chipsPerHost", shape.chips_per_host)
 pulumi.export("chipsPerSlice", shape.chips)
 pulumi.export("capacity", cfg.capacity)
 pulumi.export("scaleToZero", cfg.scale_to_zero_or_default)
-pulumi.export("elasticMinSlices", cfg.elastic_min)
+pulumi.export("elasticMinSlices", ray.ref["elastic_min_slices"])
 pulumi.export("runs", [
     {"name": run.spec.run_name, "submissionId": run.submission_id, "checkpointDir": run.checkpoint_dir} for run in runs
 ])

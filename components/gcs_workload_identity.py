@@ -37,6 +37,17 @@ class GcsWorkloadIdentityArgs(TypedDict):
     """What pulumi destroy does to the bucket: retain (the default: drop it from the stack, keep it and its checkpoints), delete-empty (delete; Cloud Storage refuses while objects remain, so destroy stops instead of losing data) or force (delete it with every object)."""
 
 
+class GcsWorkloadIdentityRef(TypedDict):
+    """What Ray pods use of a GcsWorkloadIdentity: its bucket, and the service account bound to it in its namespace. From Python, pass the GcsWorkloadIdentity itself. The provider cannot pass a component between languages (a reference arrives as its URN only), so other languages set these fields: bucketName and ksaName from its outputs, so that the pods wait for the bucket, the service account and its binding."""
+
+    bucket_name: pulumi.Input[str]
+    """The checkpoint bucket (GcsWorkloadIdentity's bucketName)."""
+    ksa_name: pulumi.Input[str]
+    """The Kubernetes service account that may use the bucket (GcsWorkloadIdentity's ksaName)."""
+    namespace: str
+    """The service account's namespace: the Ray pods run there."""
+
+
 MAX_SUBJECT = 127
 """Workload Identity Federation keeps a principal's google.subject to 127 characters."""
 
@@ -91,7 +102,7 @@ class GcsWorkloadIdentity(pulumi.ComponentResource):
     bucket_name: pulumi.Output[str]
     """The bucket's name."""
     ksa_name: pulumi.Output[str]
-    """The Kubernetes service account's name."""
+    """The Kubernetes service account's name, known once it and its bucket binding exist."""
     member: pulumi.Output[str]
     """The principal:// member granted roles/storage.objectUser on the bucket."""
 
@@ -129,5 +140,7 @@ class GcsWorkloadIdentity(pulumi.ComponentResource):
             opts=child_options(self, opts),
         )
         self.bucket_name = self.bucket.name
-        self.ksa_name = self.service_account.metadata.name
+        # Tied to the binding too: a pod running as the account before the binding exists cannot read the bucket.
+        self.ksa_name = pulumi.Output.all(self.service_account.metadata.name, self.binding.member).apply(lambda v: v[0])
+        self.ref = GcsWorkloadIdentityRef(bucket_name=self.bucket_name, ksa_name=self.ksa_name, namespace=namespace)
         self.register_outputs({"bucketName": self.bucket_name, "ksaName": self.ksa_name, "member": self.member})

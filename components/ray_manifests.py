@@ -57,7 +57,8 @@ class RayClusterSpec:
 
     name: str
     namespace: str
-    service_account: str
+    service_account: Any
+    """The Kubernetes service account of the pods (a str, or a Pulumi Input of one)."""
     bucket_name: Any
     """The checkpoint bucket's name (a str, or a Pulumi Input of one)."""
     shape: SliceShape

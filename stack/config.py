@@ -25,7 +25,9 @@ from typing import Annotated, Any, Callable, Iterator, Mapping, Optional
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
 from components import dcn_networks, gcs_workload_identity, gke_cluster, ray_tpu_cluster, tpu_slice_node_pool
+from components.gcs_workload_identity import GcsWorkloadIdentityRef
 from components.maxtext_run import MaxTextRunArgs, build_run_job
+from components.ray_tpu_cluster import RayTpuClusterArgs, RayTpuClusterRef
 from core import capacity as capacity_rules, gke, naming
 from core.errors import ConfigError
 from core.job_spec import JobSpec
@@ -165,6 +167,7 @@ class DeclaredRun:
 
 
 _RUN_FIELDS = ("name", "preset", "overrides", "elastic", "minSlices", "activeDeadlineSeconds", "backoffLimit")
+_RUN_KEYS = {"run_name": "name", "min_slices": "minSlices", "active_deadline_seconds": "activeDeadlineSeconds"}
 
 
 def _runs(value: Any, info: ValidationInfo) -> tuple[DeclaredRun, ...]:
@@ -469,28 +472,39 @@ class StackConfig(BaseModel):
     def scale_to_zero_or_default(self) -> bool:
         return self.scale_to_zero if self.scale_to_zero is not None else capacity_rules.default_scale_to_zero(self.capacity)
 
-    @property
-    def elastic_min(self) -> int:
-        return self.elastic_min_slices if self.elastic_min_slices is not None else self.num_slices
-
-    def run_args(self, index: int) -> MaxTextRunArgs:
-        """The MaxTextRun of declared run ``index`` on this stack's RayCluster and slices."""
-        run = self.runs[index]
-        args = MaxTextRunArgs(
-            run_name=run.name,
+    def ray_cluster_args(self, workload_identity: GcsWorkloadIdentityRef) -> RayTpuClusterArgs:
+        """The stack's RayTpuCluster, on ``workload_identity`` (the GcsWorkloadIdentity, or its fields)."""
+        return RayTpuClusterArgs(
+            workload_identity=workload_identity,
             ray_cluster_name=self.ray_cluster_name,
-            bucket_name=self.bucket_name,
-            num_slices=self.num_slices,
             generation=self.tpu_generation,
             topology=self.tpu_topology,
-            preset=run.preset,
-            overrides=run.overrides,
-            elastic=run.elastic,
-            min_slices=run.min_slices if run.min_slices is not None else self.elastic_min,
+            num_slices=self.num_slices,
+            dcn_interfaces=len(self.dcn_cidrs_or_default),
+            image=self.ray_image,
+            megascale_port=self.megascale_port,
             capacity=self.capacity,
             scale_to_zero=self.scale_to_zero_or_default,
-            namespace=self.namespace,
+            idle_timeout_s=self.idle_timeout_seconds,
+            **({"elastic_min_slices": self.elastic_min_slices} if self.elastic_min_slices is not None else {}),
+            **({"compute_class": self.compute_class_name} if self.autopilot else {}),
         )
+
+    @property
+    def planned_ray_cluster(self) -> RayTpuClusterRef:
+        """The stack's RayTpuCluster as its runs see it, with the component's defaults, before it exists."""
+        identity = GcsWorkloadIdentityRef(bucket_name=self.bucket_name, ksa_name=self.ksa_name, namespace=self.namespace)
+        spec = ray_tpu_cluster.spec_from_args(self.ray_cluster_args(identity))
+        return ray_tpu_cluster.cluster_ref(spec, spec.name)
+
+    def run_args(self, index: int, ray_cluster: RayTpuClusterRef) -> MaxTextRunArgs:
+        """The MaxTextRun of declared run ``index`` on ``ray_cluster`` (the RayTpuCluster, or its fields)."""
+        run = self.runs[index]
+        args = MaxTextRunArgs(
+            run_name=run.name, ray_cluster=ray_cluster, preset=run.preset, overrides=run.overrides, elastic=run.elastic
+        )
+        if run.min_slices is not None:
+            args["min_slices"] = run.min_slices
         if run.active_deadline_seconds is not None:
             args["active_deadline_seconds"] = run.active_deadline_seconds
         return args
@@ -499,16 +513,12 @@ class StackConfig(BaseModel):
         """The job of run ``index``, as the submit command would build it for this stack (same rules)."""
         run = self.runs[index]
         at = f"{config_key('runs')}[{index}]"
-        args = self.run_args(index)
-        if run.elastic and not self.elastic_min <= args["min_slices"] <= self.num_slices:
-            raise ConfigError(
-                f"{at}.minSlices", args["min_slices"],
-                f"an integer between elasticMinSlices ({self.elastic_min}) and numSlices ({self.num_slices}): "
-                "the RayCluster keeps no fewer slices",
-            )
         try:
-            return build_run_job(args)
+            return build_run_job(self.run_args(index, self.planned_ray_cluster))
         except ConfigError as error:
+            field = error.key.removeprefix("MaxTextRunArgs.")
+            if field != error.key:  # an argument the run sets
+                raise error.renamed(f"{at}.{_RUN_KEYS.get(field, field)}") from None
             # A MaxText key of the run's own overrides, else one its preset sets.
             mine = [part for part in re.split(r"[*,]", error.key) if part in run.overrides]
             where = f"{at}.overrides.{error.key}" if mine else f"{at} ({error.key} of preset {run.preset})"
@@ -602,14 +612,12 @@ def component_keys(cfg: StackConfig) -> dict[str, str]:
         "GcsWorkloadIdentityArgs.namespace": key("namespace"),
         "GcsWorkloadIdentityArgs.ksa_name": key("ksa_name"),
         "GcsWorkloadIdentityArgs.bucket_deletion": key("bucket_deletion"),
-        "RayTpuClusterArgs.name": key("ray_cluster_name"),
+        "RayTpuClusterArgs.ray_cluster_name": key("ray_cluster_name"),
         "RayTpuClusterArgs.compute_class": key("ray_cluster_name"),
-        "RayTpuClusterArgs.namespace": key("namespace"),
-        "RayTpuClusterArgs.service_account": key("ksa_name"),
         "RayTpuClusterArgs.generation": key("tpu_generation"),
         "RayTpuClusterArgs.topology": key("tpu_topology"),
         "RayTpuClusterArgs.num_slices": key("num_slices"),
-        "RayTpuClusterArgs.min_slices": key("elastic_min_slices"),
+        "RayTpuClusterArgs.elastic_min_slices": key("elastic_min_slices"),
         "RayTpuClusterArgs.dcn_interfaces": key("dcn_cidrs"),
         "RayTpuClusterArgs.image": key("ray_image"),
         "RayTpuClusterArgs.megascale_port": key("megascale_port"),

@@ -55,7 +55,7 @@ def preflight(
     ``elastic``: the run must also map onto every smaller slice count down to
     ``min_slices`` (default ``elasticMinSlices``), because Ray Train may restart it on fewer slices.
     """
-    low = (min_slices or cfg.elastic_min) if elastic else cfg.num_slices
+    low = (min_slices or cfg.planned_ray_cluster["elastic_min_slices"]) if elastic else cfg.num_slices
     report = PreflightReport(slice_counts=tuple(range(cfg.num_slices, low - 1, -1)))
     try:
         check_elastic(maxtext, cfg.shape.chips, low, cfg.num_slices, slice_name=f"{cfg.shape.pod_type} slice")

@@ -218,6 +218,9 @@ def test_ray_cluster_waits_for_slices_storage_and_claim(dev_run):
     names = {urn.rsplit("::", 1)[1] for urn in ray.dependencies}
     # A dependency on a component expands to its children.
     assert {"slice-0-pool", "slice-1-pool", "storage-ksa", "storage-object-user", "ray-netdev-claim"} <= names
+    # RayTpuCluster takes the GcsWorkloadIdentity: its pods' service account and bucket are the identity's outputs.
+    from_inputs = {urn.rsplit("::", 1)[1] for urn in ray.input_dependencies["spec"]}
+    assert from_inputs == {"storage-bucket", "storage-ksa", "storage-object-user"}
 
 
 @pytest.mark.skipif(not (SHARED / "reference").is_dir(), reason="the tutorial's manifests live in ../shared/reference")
