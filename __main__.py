@@ -19,7 +19,8 @@ from components.ray_manifests import DASHBOARD_PORT
 from components.ray_tpu_cluster import RayTpuCluster
 from components.tpu_slice_node_pool import TpuSliceNodePool, TpuSliceNodePoolArgs
 from core.job_spec import DATA_MOUNT
-from stack.config import config_keys, parse_stack_config, raw_pulumi_config
+from stack.component_keys import config_keys
+from stack.config import parse_stack_config, raw_pulumi_config
 from stack.preflight import check_declared_runs, check_idle_cost, check_planned_run
 
 cfg = parse_stack_config(raw_pulumi_config())
@@ -109,7 +110,7 @@ with config_keys(cfg):
     )
 
     # Each run waits for the RayCluster through its name, and for the bucket through the code archive.
-    runs = [MaxTextRun(f"run-{run.name}", cfg.run_args(index, ray), opts=in_cluster) for index, run in enumerate(cfg.runs)]
+    runs = [MaxTextRun(f"run-{run.run_name}", cfg.run_args(index, ray), opts=in_cluster) for index, run in enumerate(cfg.runs)]
 
 pulumi.export("project", cfg.project)
 pulumi.export("region", cfg.region)

@@ -134,12 +134,12 @@ def check_declared_runs(cfg: StackConfig, info: Callable[[str], None]) -> list[P
             raise report.errors[0].renamed(key)
         if report.hbm is not None and not report.hbm.fits:
             raise ConfigError(
-                key, run.name,
+                key, run.run_name,
                 f"a run that fits the chips: estimated {report.hbm.total_gib:.2f} GiB per chip, "
                 f"{report.hbm.usable_gib:.2f} GiB usable on {cfg.shape.generation.name} "
                 "(lower per_device_batch_size, bfloat16 weights, remat_policy full, more fsdp)",
             )
-        info(f"Declared run {run.name} (preset {run.preset}):\n" + report.format())
+        info(f"Declared run {run.run_name} (preset {run.preset}):\n" + report.format())
         reports.append(report)
     return reports
 

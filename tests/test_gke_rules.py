@@ -12,7 +12,8 @@ from components.ray_manifests import port_use
 from components.ray_tpu_cluster import spec_from_args
 from core.errors import ConfigError
 from core.kuberay import supports_flat_resource_claims
-from stack.config import config_keys, parse_stack_config
+from stack.component_keys import config_keys
+from stack.config import parse_stack_config
 from stack.mock_engine import MOCK_CHANNEL_VERSIONS, MockGke, OfflineRun, run_offline
 from tests.conftest import with_keys
 from tests.schemas import RAYCLUSTER_CRD

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from stack.config import StackConfig, config_table
+from stack.config import StackConfig
+from stack.readme import config_table
 from tests.conftest import REPO_ROOT
 
 README = (REPO_ROOT / "README.md").read_text()
