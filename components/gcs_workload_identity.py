@@ -96,7 +96,8 @@ class GcsWorkloadIdentity(pulumi.ComponentResource):
     as a principal:// member, so no Google service account or key exists.
     principal:// members only work on buckets with uniform bucket-level
     access, which is also what keeps ACLs from reopening the bucket. Needs a
-    Kubernetes provider for the cluster (opts providers).
+    Kubernetes provider for the cluster (opts providers). RayTpuCluster takes it
+    as workload_identity.
     """
 
     bucket_name: pulumi.Output[str]

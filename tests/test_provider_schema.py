@@ -389,6 +389,43 @@ def test_the_host_passes_a_component_only_as_its_urn_and_takes_its_fields(tmp_pa
     assert "Missing required input 'rayCluster.rayClusterName' on 'MaxTextRun'" in found["the URN as the input"]
 
 
+def stated_defaults() -> dict[tuple[str, str], str]:
+    """(component, input) -> how its description states the default, written from the components' constants."""
+    from components import dcn_networks, gcs_workload_identity, gke_cluster, ray_tpu_cluster
+    from core.capacity import DEFAULT_CAPACITY
+    from core.presets import DEFAULT_PRESET
+    from core.tpu_catalogue import DEFAULT_GENERATION, DEFAULT_TOPOLOGY
+
+    shape = {"generation": DEFAULT_GENERATION, "topology": DEFAULT_TOPOLOGY, "capacity": DEFAULT_CAPACITY}
+    return {
+        ("DcnNetworks", "cidrs"): f"Default: the tutorial's {' and '.join(dcn_networks.DEFAULT_CIDRS)}.",
+        ("DcnNetworks", "mtu"): f"Default: {dcn_networks.JUMBO_MTU} ",
+        ("GcsWorkloadIdentity", "namespace"): f"Default: {gcs_workload_identity.DEFAULT_NAMESPACE}.",
+        ("GcsWorkloadIdentity", "ksaName"): f"Default: {gcs_workload_identity.DEFAULT_KSA_NAME}.",
+        ("GcsWorkloadIdentity", "bucketDeletion"): f"{gcs_workload_identity.DEFAULT_BUCKET_DELETION} (the default",
+        ("GkeRayCluster", "mode"): f"Default: {gke_cluster.DEFAULT_MODE}.",
+        ("GkeRayCluster", "version"): f"such as {gke_cluster.DEFAULT_VERSION} (the channel's newest patch of it; the default)",
+        ("GkeRayCluster", "releaseChannel"): f"Default: {gke_cluster.DEFAULT_RELEASE_CHANNEL},",
+        ("GkeRayCluster", "cpuMachineType"): f"Default: {gke_cluster.DEFAULT_CPU_MACHINE_TYPE}.",
+        ("GkeRayCluster", "cpuNodeCount"): f"Default: {gke_cluster.DEFAULT_CPU_NODE_COUNT},",
+        ("MaxTextRun", "preset"): f"Default: {DEFAULT_PRESET}.",
+        ("RayTpuCluster", "rayClusterName"): f"Default: {ray_tpu_cluster.DEFAULT_NAME}.",
+        ("RayTpuCluster", "numSlices"): f"Default: {ray_tpu_cluster.DEFAULT_NUM_SLICES}.",
+        ("RayTpuCluster", "image"): f"Default: the tutorial's {ray_tpu_cluster.DEFAULT_IMAGE}.",
+        ("RayTpuCluster", "megascalePort"): f"Default: {ray_tpu_cluster.DEFAULT_MEGASCALE_PORT},",
+        ("RayTpuCluster", "idleTimeoutS"): f"Default: {ray_tpu_cluster.DEFAULT_IDLE_TIMEOUT_S}.",
+        **{("RayTpuCluster", prop): f"Default: {value}." for prop, value in shape.items()},
+        **{("TpuSliceNodePool", prop): f"Default: {value}" for prop, value in shape.items()},
+    }
+
+
+def test_each_stated_default_is_the_components_constant(schema):
+    """A default is declared once, as a constant of the component's module (which the README's table reads too);
+    the schema's descriptions are the Args docstrings, which cannot read it, so they are held to it here."""
+    for (component, prop), statement in stated_defaults().items():
+        assert statement in resource(schema, component)["inputProperties"][prop]["description"], (component, prop)
+
+
 def test_resource_references_and_dependencies(schema):
     assert resource(schema, "TpuSliceNodePool")["inputProperties"]["cluster"]["$ref"] == CLUSTER_REF
     assert resource(schema, "GkeRayCluster")["properties"]["cluster"]["$ref"] == CLUSTER_REF
