@@ -16,10 +16,11 @@ from components.gcs_workload_identity import GcsWorkloadIdentity, GcsWorkloadIde
 from components.gke_cluster import GkeRayCluster, GkeRayClusterArgs
 from components.maxtext_run import MaxTextRun
 from components.ray_manifests import DASHBOARD_PORT
-from components.ray_tpu_cluster import RayTpuCluster, RayTpuClusterArgs
+from components.ray_tpu_cluster import RayTpuCluster
 from components.tpu_slice_node_pool import TpuSliceNodePool, TpuSliceNodePoolArgs
 from core.job_spec import bucket_url
-from stack.config import config_keys, parse_stack_config, raw_pulumi_config
+from stack.component_keys import config_keys
+from stack.config import parse_stack_config, raw_pulumi_config
 from stack.preflight import check_declared_runs, check_idle_cost, check_planned_run
 
 cfg = parse_stack_config(raw_pulumi_config())
@@ -105,40 +106,19 @@ with config_keys(cfg):
         opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=namespace_ready),
     )
 
+    # The pods run as the identity's service account and mount its bucket: RayTpuCluster waits for both through them.
+    # The node pools are no input of it (Autopilot has none), so it waits for them explicitly.
     ray = RayTpuCluster(
-        "ray",
-        RayTpuClusterArgs(
-            name=cfg.ray_cluster_name,
-            namespace=cfg.namespace,
-            service_account=cfg.ksa_name,
-            bucket_name=cfg.bucket_name,
-            generation=shape.generation.name,
-            topology=shape.topology,
-            num_slices=cfg.num_slices,
-            min_slices=cfg.elastic_min,
-            dcn_interfaces=len(cidrs),
-            image=cfg.ray_image,
-            megascale_port=cfg.megascale_port,
-            capacity=cfg.capacity,
-            scale_to_zero=cfg.scale_to_zero_or_default,
-            idle_timeout_s=cfg.idle_timeout_seconds,
-            **({"compute_class": cfg.compute_class_name} if cfg.autopilot else {}),
-        ),
-        # Pods need the KSA, the bucket binding and their node pools before they can start.
-        opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[storage, *slices]),
+        "ray", cfg.ray_cluster_args(storage), opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=slices)
     )
 
-    # Each run needs the RayCluster, and the bucket binding its pods read the code and write checkpoints with.
-    runs = [
-        MaxTextRun(f"run-{run.name}", cfg.run_args(index),
-                   opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=[ray, storage]))
-        for index, run in enumerate(cfg.runs)
-    ]
+    # Each run (its RayJob and its code archive) waits for the RayCluster through its name.
+    runs = [MaxTextRun(f"run-{run.run_name}", cfg.run_args(index, ray), opts=in_cluster) for index, run in enumerate(cfg.runs)]
 
 pulumi.export("project", cfg.project)
 pulumi.export("region", cfg.region)
 pulumi.export("zone", cfg.zone_or_default)
-pulumi.export("clusterName", cluster.name)
+pulumi.export("clusterName", cluster.cluster_name)
 pulumi.export("clusterLocation", cluster.location)
 pulumi.export("clusterVersion", cluster.version)
 pulumi.export("namespace", cfg.namespace)
@@ -146,7 +126,7 @@ pulumi.export("ksaName", storage.ksa_name)
 pulumi.export("bucketName", storage.bucket_name)
 pulumi.export("bucketHierarchicalNamespace", storage.hierarchical_namespace_enabled)
 pulumi.export("checkpointDir", storage.bucket_name.apply(bucket_url))
-pulumi.export("rayClusterName", ray.cluster_name)
+pulumi.export("rayClusterName", ray.ray_cluster_name)
 pulumi.export("rayHeadService", ray.head_service)
 pulumi.export("rayDashboardPort", DASHBOARD_PORT)
 pulumi.export("tpuGeneration", shape.generation.name)
@@ -158,7 +138,7 @@ pulumi.export("chipsPerHost", shape.chips_per_host)
 pulumi.export("chipsPerSlice", shape.chips)
 pulumi.export("capacity", cfg.capacity)
 pulumi.export("scaleToZero", cfg.scale_to_zero_or_default)
-pulumi.export("elasticMinSlices", cfg.elastic_min)
+pulumi.export("elasticMinSlices", ray.ref["elastic_min_slices"])
 pulumi.export("runs", [
     {"name": run.spec.run_name, "submissionId": run.submission_id, "checkpointDir": run.checkpoint_dir} for run in runs
 ])

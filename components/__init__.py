@@ -1,10 +1,11 @@
 """Reusable Pulumi components for multislice Ray Train on GKE TPUs.
 
-``from components import DcnNetworks, TpuSliceNodePool, GcsWorkloadIdentity,
-RayTpuCluster, GkeRayCluster`` gives another Python stack the building blocks;
+``from components import DcnNetworks, GkeRayCluster, TpuSliceNodePool,
+GcsWorkloadIdentity, RayTpuCluster, MaxTextRun`` gives another Python stack the
+building blocks;
 ``provider/`` hosts the same classes as a Pulumi package for any language. Each
 component takes what it builds on as input (a cluster resource, a Kubernetes
-provider) and parses no stack config. Names resolve lazily, so importing one
+provider, another component: ``components/_refs.py``) and parses no stack config. Names resolve lazily, so importing one
 component does not import the SDKs of the others.
 """
 

@@ -44,6 +44,17 @@ class GcsWorkloadIdentityArgs(TypedDict):
     """What pulumi destroy does to the bucket: retain (the default: drop it from the stack, keep it and its checkpoints), delete-empty (delete; Cloud Storage refuses while objects remain, so destroy stops instead of losing data) or force (delete it with every object)."""
 
 
+class GcsWorkloadIdentityRef(TypedDict):
+    """What Ray pods use of a GcsWorkloadIdentity: its bucket, and the service account bound to it in its namespace. From Python, pass the GcsWorkloadIdentity itself. The provider cannot pass a component between languages (a reference arrives as its URN only), so other languages set these fields: bucketName and ksaName from its outputs, so that the pods wait for the bucket, the service account and its binding."""
+
+    bucket_name: pulumi.Input[str]
+    """The checkpoint bucket (GcsWorkloadIdentity's bucketName). A MaxTextRun needs it as a plain name: its job's command names the bucket."""
+    ksa_name: pulumi.Input[str]
+    """The Kubernetes service account that may use the bucket (GcsWorkloadIdentity's ksaName): the pods wait for the bucket, the account and its bindings through it."""
+    namespace: str
+    """The service account's namespace: the Ray pods run there."""
+
+
 MAX_SUBJECT = 127
 """Workload Identity Federation keeps a principal's google.subject to 127 characters."""
 
@@ -96,7 +107,7 @@ class GcsWorkloadIdentity(pulumi.ComponentResource):
     principal:// members only work on buckets with uniform bucket-level
     access, which is also what keeps ACLs from reopening the bucket (and what
     a hierarchical namespace requires). Needs a Kubernetes provider for the
-    cluster (opts providers).
+    cluster (opts providers). RayTpuCluster takes it as workload_identity.
 
     The namespace is fixed when the bucket is created: Cloud Storage cannot
     convert a bucket, and the provider would replace it. A replacement of a
@@ -109,7 +120,7 @@ class GcsWorkloadIdentity(pulumi.ComponentResource):
     bucket_name: pulumi.Output[str]
     """The bucket's name."""
     ksa_name: pulumi.Output[str]
-    """The Kubernetes service account's name."""
+    """The Kubernetes service account's name, known once it and its bucket binding exist."""
     member: pulumi.Output[str]
     """The principal:// member granted roles/storage.objectUser and roles/storage.legacyBucketReader on the bucket."""
     hierarchical_namespace_enabled: pulumi.Output[bool]
@@ -163,7 +174,13 @@ class GcsWorkloadIdentity(pulumi.ComponentResource):
             opts=child_options(self, opts),
         )
         self.bucket_name = self.bucket.name
-        self.ksa_name = self.service_account.metadata.name
+        # Tied to the bindings too: a pod running as the account before they exist cannot read the bucket.
+        self.ksa_name = pulumi.Output.all(
+            self.service_account.metadata.name, self.binding.member, self.reader_binding.member
+        ).apply(lambda v: v[0])
+        # The name as given, not the bucket's output: a run's command names the bucket when the program runs.
+        # Pods still wait for the bucket, through ksa_name.
+        self.ref = GcsWorkloadIdentityRef(bucket_name=args["bucket_name"], ksa_name=self.ksa_name, namespace=namespace)
         self.register_outputs({
             "bucketName": self.bucket_name, "ksaName": self.ksa_name, "member": self.member,
             "hierarchicalNamespaceEnabled": self.hierarchical_namespace_enabled,
@@ -177,7 +194,7 @@ def _warn_on_namespace(bucket: str, asked: bool, actual: bool) -> bool:
         pulumi.log.warn(
             f"bucket {bucket} has a {have} namespace and keeps it: Cloud Storage cannot convert a bucket, "
             f"so the {want} namespace asked for applies only to a new bucket. Checkpoints are safe either way "
-            "(runs write gs:// with Orbax's commit markers); to move to a new bucket, see the README, "
+            "(runs write gs:// with Orbax's commit markers); to move to a new bucket, see docs/elastic.md, "
             "'Moving checkpoints to a hierarchical-namespace bucket'"
         )
     return actual

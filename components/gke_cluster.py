@@ -164,7 +164,7 @@ class GkeRayCluster(pulumi.ComponentResource):
 
     cluster: gcp.container.Cluster
     """The GKE cluster (created, or read when existing is true), for TpuSliceNodePool's cluster."""
-    name: pulumi.Output[str]
+    cluster_name: pulumi.Output[str]
     """The cluster's name."""
     location: pulumi.Output[str]
     """The cluster's zone or region."""
@@ -205,11 +205,11 @@ class GkeRayCluster(pulumi.ComponentResource):
             ready = [r for r in (cluster, self.cpu_pool) if r is not None]
 
         self.cluster = cluster
-        self.name = pulumi.Output.from_input(args["cluster_name"]) if found else cluster.name
+        self.cluster_name = pulumi.Output.from_input(args["cluster_name"]) if found else cluster.name
         self.location = pulumi.Output.from_input(args["location"]) if found else cluster.location
         self.endpoint = endpoint
         self.version = pulumi.Output.from_input(version)
-        self.kubeconfig = pulumi.Output.all(self.name, self.endpoint, ca_certificate).apply(
+        self.kubeconfig = pulumi.Output.all(self.cluster_name, self.endpoint, ca_certificate).apply(
             lambda values: gke_kubeconfig(*values)
         )
         self.provider = k8s.Provider(
@@ -217,7 +217,7 @@ class GkeRayCluster(pulumi.ComponentResource):
         )
         self.register_outputs(
             {
-                "name": self.name,
+                "clusterName": self.cluster_name,
                 "location": self.location,
                 "endpoint": self.endpoint,
                 "version": self.version,

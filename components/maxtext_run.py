@@ -36,16 +36,17 @@ import yaml
 
 from components._args import integer
 from components._options import child_options, custom_resource
-from components.gcs_workload_identity import DEFAULT_NAMESPACE
+from components._refs import resolve_ref
+from components.ray_tpu_cluster import RayTpuCluster, RayTpuClusterRef
 from core import code_archive
-from core.capacity import CAPACITY_MODES, DEFAULT_CAPACITY
+from core.capacity import CAPACITY_MODES
 from core.errors import ConfigError
 from core.job_spec import (
     COMPILATION_CACHE_DIR, DATA_MOUNT, JobSpec, bucket_url, build_job, declared_submission_id, entrypoint,
     run_location, runtime_env,
 )
 from core.naming import DNS_LABEL, RAY_CLUSTER_NAME, RAY_JOB_NAME, check_bucket_name
-from core.presets import get_preset
+from core.presets import DEFAULT_PRESET, get_preset
 
 SUBMISSION_MODE = "HTTPMode"
 
@@ -55,16 +56,8 @@ class MaxTextRunArgs(TypedDict):
 
     run_name: str
     """The run: the RayJob's name and MaxText's run_name (checkpoints under gs://<bucket>/<run_name>/checkpoints). A DNS-1035 label of at most 47 characters."""
-    ray_cluster_name: str
-    """The RayCluster (RayTpuCluster's) the job runs on, in the same namespace."""
-    bucket_name: str
-    """The checkpoint bucket: the run writes to gs://<bucket_name>/<run_name>/, and the code archive goes there too (the RayCluster mounts it at /data). A name, not another resource's output: the job's command names the bucket and its Ray job id is a digest of the command, so both must be known when the program runs."""
-    num_slices: int
-    """Slices of the RayCluster (its TPU worker group's replicas)."""
-    generation: str
-    """TPU generation of the slices, e.g. v6e."""
-    topology: str
-    """Slice topology, e.g. 4x4."""
+    ray_cluster: RayTpuClusterRef
+    """The RayTpuCluster the run runs on: the RayJob goes to its RayCluster and namespace, the code archive to its bucket, and the job takes its slices, their shape and capacity (on Spot a static run restarts up to 3 times; on slices scaled to zero Ray Train waits minutes for them). From Python, the component itself; from other languages, its fields."""
     preset: NotRequired[str]
     """A TPU training preset of core/presets. Default: llama3-8b."""
     overrides: NotRequired[Mapping[str, Any]]
@@ -72,47 +65,64 @@ class MaxTextRunArgs(TypedDict):
     elastic: NotRequired[bool]
     """Train on min_slices..num_slices slices, restarting on fewer after a lost slice. Default: the preset's."""
     min_slices: NotRequired[int]
-    """Fewest slices of an elastic run. Default: 1."""
-    capacity: NotRequired[str]
-    """How the RayCluster's slices are obtained (core.capacity): on Spot a static run restarts up to 3 times. Default: on-demand."""
-    scale_to_zero: NotRequired[bool]
-    """The RayCluster scales its slices to zero: Ray Train waits minutes for them to start, not seconds. Default: false."""
-    namespace: NotRequired[str]
-    """Namespace of the RayCluster and the RayJob. Default: default."""
+    """Fewest slices of an elastic run, at least the cluster's elastic_min_slices (fewer slices it does not keep). Default: the cluster's elastic_min_slices."""
     active_deadline_seconds: NotRequired[int]
     """Seconds after which KubeRay marks the RayJob failed (DeadlineExceeded). Unset: no deadline."""
 
 
+def run_cluster(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> RayTpuClusterRef:
+    """The RayTpuCluster the run is on, as its fields."""
+    return resolve_ref(args["ray_cluster"], RayTpuCluster, f"{prefix}ray_cluster")  # type: ignore[return-value]
+
+
 def build_run_job(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> JobSpec:
     """The run's job, with every rule the submit command applies (raises ConfigError)."""
+    cluster = run_cluster(args, prefix)
     RAY_JOB_NAME.check(args["run_name"], f"{prefix}run_name")
-    RAY_CLUSTER_NAME.check(args["ray_cluster_name"], f"{prefix}ray_cluster_name")
-    bucket = check_bucket_name(args["bucket_name"], f"{prefix}bucket_name")
-    DNS_LABEL.check(args.get("namespace", DEFAULT_NAMESPACE), f"{prefix}namespace")
-    preset = get_preset(args.get("preset", "llama3-8b"), key=f"{prefix}preset")
+    if isinstance(cluster["ray_cluster_name"], str):
+        RAY_CLUSTER_NAME.check(cluster["ray_cluster_name"], f"{prefix}ray_cluster.ray_cluster_name")
+    DNS_LABEL.check(cluster["namespace"], f"{prefix}ray_cluster.namespace")
+    if cluster["capacity"] not in CAPACITY_MODES:
+        raise ConfigError(f"{prefix}ray_cluster.capacity", cluster["capacity"], f"one of {', '.join(CAPACITY_MODES)}")
+    preset = get_preset(args.get("preset", DEFAULT_PRESET), key=f"{prefix}preset")
+    bucket = cluster["bucket_name"]
+    if not isinstance(bucket, str):
+        raise ConfigError(
+            f"{prefix}ray_cluster.bucket_name", bucket,
+            "the bucket's name as known when the program runs, not another resource's output: the run's command "
+            "names the bucket and its Ray job id is a digest of the command",
+        )
+    check_bucket_name(bucket, f"{prefix}ray_cluster.bucket_name")
     if preset.backend != "tpu":
         raise ConfigError(f"{prefix}preset", preset.name, "a TPU preset")
     if args.get("active_deadline_seconds") is not None:
         integer(args["active_deadline_seconds"], 1, None, f"{prefix}active_deadline_seconds")
-    if args.get("capacity", DEFAULT_CAPACITY) not in CAPACITY_MODES:
-        raise ConfigError(f"{prefix}capacity", args["capacity"], f"one of {', '.join(CAPACITY_MODES)}")
+    elastic = bool(args.get("elastic", False)) or preset.elastic
+    low, high = int(cluster["elastic_min_slices"]), int(cluster["num_slices"])
+    min_slices = integer(args.get("min_slices", low), 1, None, f"{prefix}min_slices")
+    if elastic and not low <= min_slices <= high:
+        raise ConfigError(
+            f"{prefix}min_slices", min_slices,
+            f"an integer between elasticMinSlices ({low}) and numSlices ({high}) of the RayTpuCluster: "
+            "the RayCluster keeps no fewer slices",
+        )
     return build_job(
         preset,
         base_output_directory=bucket_url(bucket) + "/",
         run_name=args["run_name"],
-        slices=int(args["num_slices"]),
+        slices=high,
         overrides=dict(args.get("overrides") or {}),
-        elastic=bool(args.get("elastic", False)),
-        min_slices=int(args["min_slices"]) if args.get("min_slices") is not None else None,
-        generation=args["generation"],
-        topology=args["topology"],
-        spot=args.get("capacity", DEFAULT_CAPACITY) == "spot",
+        elastic=elastic,
+        min_slices=min_slices,
+        generation=cluster["generation"],
+        topology=cluster["topology"],
+        spot=cluster["capacity"] == "spot",
         compilation_cache_dir=COMPILATION_CACHE_DIR,
     )
 
 
 def ray_job(
-    spec: JobSpec, name: str, namespace: str, ray_cluster_name: str, code_digest: str,
+    spec: JobSpec, name: str, namespace: str, ray_cluster_name: pulumi.Input[str], code_digest: str,
     active_deadline_seconds: Optional[int] = None, mount: str = DATA_MOUNT, cold_start: bool = False,
 ) -> dict:
     """The RayJob manifest of a job (pure): what KubeRay submits to the RayCluster.
@@ -144,9 +154,10 @@ def ray_job(
 class MaxTextRun(pulumi.ComponentResource):
     """A MaxText training run on a RayCluster, applied by pulumi up and stopped by removing it.
 
-    Needs a Kubernetes provider for the cluster (opts providers) and should
-    depend on the RayCluster and the bucket's Workload Identity binding (the
-    pods read the code and write checkpoints as that identity).
+    Needs a Kubernetes provider for the cluster (opts providers). The RayJob
+    and the code archive wait for the RayCluster through its name, and the
+    RayCluster for the bucket's Workload Identity bindings, as which the pods
+    read the code and write checkpoints.
     """
 
     ray_job_name: pulumi.Output[str]
@@ -160,22 +171,24 @@ class MaxTextRun(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: MaxTextRunArgs, opts: Optional[pulumi.ResourceOptions] = None):
         spec = build_run_job(args)
+        cluster = run_cluster(args)
         files = code_archive.package_files()
         digest = code_archive.digest(files)
         super().__init__("gke-ray-tpu:index:MaxTextRun", name, None, opts)
-        namespace = args.get("namespace", DEFAULT_NAMESPACE)
         self.spec = spec
 
         self.code = gcp.storage.BucketObject(
             f"{name}-code",
-            bucket=args["bucket_name"],
+            # The bucket's name is plain (the job's command names it): the upload waits for the bucket
+            # through the RayCluster, which waits for the bucket's Workload Identity bindings.
+            bucket=pulumi.Output.from_input(cluster["ray_cluster_name"]).apply(lambda _: cluster["bucket_name"]),
             name=code_archive.archive_object(digest),
             source=pulumi.AssetArchive({arcname: pulumi.FileAsset(str(path)) for arcname, path in files.items()}),
             content_type="application/zip",
             opts=child_options(self, opts),
         )
-        manifest = ray_job(spec, args["run_name"], namespace, args["ray_cluster_name"], digest,
-                           args.get("active_deadline_seconds"), cold_start=bool(args.get("scale_to_zero", False)))
+        manifest = ray_job(spec, args["run_name"], cluster["namespace"], cluster["ray_cluster_name"], digest,
+                           args.get("active_deadline_seconds"), cold_start=bool(cluster["scale_to_zero"]))
         self.ray_job = custom_resource(
             f"{name}-rayjob",
             manifest,

@@ -8,7 +8,7 @@ another resource); Pulumi resolves them inside the dicts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from core.job_spec import DATA_MOUNT
@@ -78,15 +78,19 @@ TUTORIAL_XLA_FLAGS = (
     "--xla_tpu_overlap_compute_collective_tc=true",
     "--xla_enable_async_all_gather=true",
 )
+# The tutorial's pod requests and limits.
+HEAD_CPU, HEAD_MEMORY = "8", "16Gi"
+WORKER_CPU, WORKER_MEMORY = "8", "200G"
 
 
 @dataclass(frozen=True)
 class RayClusterSpec:
-    """What varies between RayClusters; defaults are the tutorial's values."""
+    """What varies between RayClusters (RayTpuCluster resolves every default)."""
 
     name: str
     namespace: str
-    service_account: str
+    service_account: Any
+    """The Kubernetes service account of the pods (a str, or a Pulumi Input of one)."""
     bucket_name: Any
     """The checkpoint bucket's name (a str, or a Pulumi Input of one)."""
     shape: SliceShape
@@ -94,20 +98,14 @@ class RayClusterSpec:
     min_slices: int
     dcn_interfaces: int
     image: str
-    megascale_port: int = 9915
-    head_cpu: str = "8"
-    head_memory: str = "16Gi"
-    worker_cpu: str = "8"
-    worker_memory: str = "200G"
-    xla_flags: tuple[str, ...] = TUTORIAL_XLA_FLAGS
-    compute_class: Optional[str] = None
+    megascale_port: int
+    compute_class: Optional[str]
     """Autopilot: the ComputeClass that provisions the TPU nodes."""
-    capacity: str = "on-demand"
+    capacity: str
     """How the slices' VMs are obtained (core.capacity): Spot slices are selected by their node label."""
-    scale_to_zero: bool = False
+    scale_to_zero: bool
     """KubeRay's autoscaler adds a slice when a job asks for one and removes it after ``idle_timeout_s``."""
-    idle_timeout_s: int = 600
-    extra_worker_env: dict[str, str] = field(default_factory=dict)
+    idle_timeout_s: int
 
     @property
     def claim_template_name(self) -> str:
@@ -144,7 +142,7 @@ def interface_prefixes(dcn_interfaces: int) -> str:
 
 
 def libtpu_init_args(spec: RayClusterSpec) -> str:
-    flags = list(spec.xla_flags)
+    flags = list(TUTORIAL_XLA_FLAGS)
     if spec.dcn_interfaces:
         flags.append(f"--megascale_grpc_interface_prefixes={interface_prefixes(spec.dcn_interfaces)}")
     return " ".join(flags)
@@ -236,7 +234,6 @@ def worker_env(spec: RayClusterSpec) -> list:
         "JAX_PLATFORMS": "tpu,cpu",
         "ENABLE_PJRT_COMPATIBILITY": "true",
         "LIBTPU_INIT_ARGS": libtpu_init_args(spec),
-        **spec.extra_worker_env,
     }
     return [{"name": key, "value": value} for key, value in env.items()]
 
@@ -281,8 +278,8 @@ def ray_cluster(spec: RayClusterSpec) -> dict:
         "image": spec.image,
         "imagePullPolicy": image_pull_policy(spec.image),
         "resources": {
-            "limits": {"memory": spec.worker_memory, "google.com/tpu": tpu},
-            "requests": {"cpu": spec.worker_cpu, "memory": spec.worker_memory, "google.com/tpu": tpu},
+            "limits": {"memory": WORKER_MEMORY, "google.com/tpu": tpu},
+            "requests": {"cpu": WORKER_CPU, "memory": WORKER_MEMORY, "google.com/tpu": tpu},
         },
         "env": worker_env(spec),
         # No privileged securityContext (the tutorial's has one): GKE >= 1.28 gives TPU
@@ -328,8 +325,8 @@ def ray_cluster(spec: RayClusterSpec) -> dict:
                                     {"containerPort": CLIENT_PORT, "name": "client"},
                                 ],
                                 "resources": {
-                                    "limits": {"memory": spec.head_memory},
-                                    "requests": {"cpu": spec.head_cpu, "memory": spec.head_memory},
+                                    "limits": {"memory": HEAD_MEMORY},
+                                    "requests": {"cpu": HEAD_CPU, "memory": HEAD_MEMORY},
                                 },
                                 "volumeMounts": _VOLUME_MOUNTS,
                             }

@@ -8,7 +8,8 @@ import pulumi_kubernetes as k8s
 
 from components._args import integer
 from components._options import child_options, custom_resource
-from components.gcs_workload_identity import DEFAULT_KSA_NAME, DEFAULT_NAMESPACE
+from components._refs import resolve_ref
+from components.gcs_workload_identity import GcsWorkloadIdentity, GcsWorkloadIdentityRef
 from components.ray_manifests import (
     DASHBOARD_PORT,
     POD_PORTS,
@@ -20,7 +21,7 @@ from components.ray_manifests import (
     ray_cluster,
     resource_claim_template,
 )
-from core.capacity import CAPACITY_MODES, DEFAULT_CAPACITY, check_autopilot_capacity
+from core.capacity import CAPACITY_MODES, DEFAULT_CAPACITY, check_autopilot_capacity, default_scale_to_zero
 from core.errors import ConfigError
 from core.naming import DNS_LABEL, DNS_SUBDOMAIN, RAY_CLUSTER_NAME, RAY_TPU_CLUSTER_NAME
 from core.tpu_catalogue import DEFAULT_GENERATION, DEFAULT_TOPOLOGY, slice_shape
@@ -41,22 +42,18 @@ of TPU start-up and image pull), short enough to cost little (10 min of 2 x v6e-
 class RayTpuClusterArgs(TypedDict):
     """Inputs of RayTpuCluster."""
 
-    bucket_name: pulumi.Input[str]
-    """The checkpoint bucket, mounted at /data in every Ray pod through GCS FUSE (for the code archive and the compilation cache; runs write checkpoints to gs://<bucket>/ directly)."""
-    name: NotRequired[str]
+    workload_identity: GcsWorkloadIdentityRef
+    """The GcsWorkloadIdentity the Ray pods use: they run as its service account, in its namespace, and mount its bucket at /data through GCS FUSE (for the code archive and the compilation cache; runs write checkpoints to gs://<bucket>/ directly). From Python, the component itself; from other languages, its fields."""
+    ray_cluster_name: NotRequired[str]
     """RayCluster name; the head Service is <name>-head-svc. Default: maxtext-tpu-cluster."""
-    namespace: NotRequired[str]
-    """Namespace of the RayCluster (it must exist). Default: default."""
-    service_account: NotRequired[str]
-    """Kubernetes service account of the Ray pods (GcsWorkloadIdentity's). Default: ray-tpu-ksa."""
     generation: NotRequired[str]
     """TPU generation of the slices. Default: v6e."""
     topology: NotRequired[str]
     """Slice topology. Default: 4x4."""
     num_slices: NotRequired[int]
     """Slices: the TPU worker group's replicas and MEGASCALE_NUM_SLICES. Default: 2."""
-    min_slices: NotRequired[int]
-    """Fewest slices an elastic job keeps training on (the group's minReplicas). Default: num_slices."""
+    elastic_min_slices: NotRequired[int]
+    """Fewest slices an elastic job keeps training on (the group's minReplicas), and the default of the MaxTextRuns on it. Default: num_slices."""
     dcn_interfaces: NotRequired[int]
     """DCN NICs each TPU worker pod claims through DRANET (0: none). Default: what the generation's hosts offer (2 on v6e)."""
     image: NotRequired[str]
@@ -68,9 +65,32 @@ class RayTpuClusterArgs(TypedDict):
     capacity: NotRequired[str]
     """How the slices' VMs are obtained (on-demand, spot, flex-start, reservation); Spot slices are selected by their node label. Default: on-demand."""
     scale_to_zero: NotRequired[bool]
-    """KubeRay's autoscaler keeps 0 slices until a job asks for them (a worker-group replica is a whole slice) and removes them after idle_timeout_s. Default: false."""
+    """KubeRay's autoscaler keeps 0 slices until a job asks for them (a worker-group replica is a whole slice) and removes them after idle_timeout_s. Default: true for flex-start (required), false otherwise, as the node pools'."""
     idle_timeout_s: NotRequired[int]
     """Seconds a slice may sit idle before the autoscaler removes it, when scale_to_zero. Default: 600."""
+
+
+class RayTpuClusterRef(TypedDict):
+    """What a job needs of a RayTpuCluster: the RayCluster to run on, its bucket, slices and capacity. From Python, pass the RayTpuCluster itself. The provider cannot pass a component between languages (a reference arrives as its URN only), so other languages set these fields: rayClusterName and bucketName from outputs, so that the job waits for the RayCluster and the bucket, and the others as given to the RayTpuCluster, with its defaults resolved."""
+
+    ray_cluster_name: pulumi.Input[str]
+    """The RayCluster (RayTpuCluster's rayClusterName)."""
+    namespace: str
+    """The RayCluster's namespace."""
+    bucket_name: pulumi.Input[str]
+    """The bucket its pods mount at /data (GcsWorkloadIdentity's bucketName)."""
+    generation: str
+    """TPU generation of its slices."""
+    topology: str
+    """Topology of its slices."""
+    num_slices: int
+    """Its slices (the TPU worker group's replicas)."""
+    elastic_min_slices: int
+    """Fewest slices it keeps for an elastic job (the group's minReplicas)."""
+    capacity: str
+    """How its slices' VMs are obtained."""
+    scale_to_zero: bool
+    """Whether it scales its slices to zero, so a job waits minutes for them."""
 
 
 def check_image(image: object, key: str) -> str:
@@ -99,14 +119,16 @@ def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") 
     shape = slice_shape(
         args.get("generation", DEFAULT_GENERATION), args.get("topology", DEFAULT_TOPOLOGY), key=f"{prefix}topology", generation_key=f"{prefix}generation"
     )
-    name = args.get("name", DEFAULT_NAME)
-    (RAY_TPU_CLUSTER_NAME if shape.multi_host else RAY_CLUSTER_NAME).check(name, f"{prefix}name")
+    name = args.get("ray_cluster_name", DEFAULT_NAME)
+    (RAY_TPU_CLUSTER_NAME if shape.multi_host else RAY_CLUSTER_NAME).check(name, f"{prefix}ray_cluster_name")
     num_slices = integer(args.get("num_slices", DEFAULT_NUM_SLICES), 1, 64, f"{prefix}num_slices")
-    min_slices = integer(args.get("min_slices", num_slices), 1, num_slices, f"{prefix}min_slices")
+    min_slices = integer(args.get("elastic_min_slices", num_slices), 1, num_slices, f"{prefix}elastic_min_slices")
     nics = shape.generation.dcn_nics_per_host
     dcn_interfaces = integer(args.get("dcn_interfaces", nics), 0, nics, f"{prefix}dcn_interfaces")
-    namespace = DNS_LABEL.check(args.get("namespace", DEFAULT_NAMESPACE), f"{prefix}namespace")
-    service_account = DNS_SUBDOMAIN.check(args.get("service_account", DEFAULT_KSA_NAME), f"{prefix}service_account")
+    identity = resolve_ref(args["workload_identity"], GcsWorkloadIdentity, f"{prefix}workload_identity")
+    namespace = DNS_LABEL.check(identity["namespace"], f"{prefix}workload_identity.namespace")
+    if isinstance(identity["ksa_name"], str):
+        DNS_SUBDOMAIN.check(identity["ksa_name"], f"{prefix}workload_identity.ksa_name")
     capacity = args.get("capacity", DEFAULT_CAPACITY)
     if capacity not in CAPACITY_MODES:
         raise ConfigError(f"{prefix}capacity", capacity, f"one of {', '.join(CAPACITY_MODES)}")
@@ -116,8 +138,8 @@ def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") 
     return RayClusterSpec(
         name=name,
         namespace=namespace,
-        service_account=service_account,
-        bucket_name=args["bucket_name"],
+        service_account=identity["ksa_name"],
+        bucket_name=identity["bucket_name"],
         shape=shape,
         num_slices=num_slices,
         min_slices=min_slices,
@@ -126,8 +148,24 @@ def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") 
         megascale_port=check_megascale_port(args.get("megascale_port", DEFAULT_MEGASCALE_PORT), f"{prefix}megascale_port"),
         compute_class=args.get("compute_class"),
         capacity=capacity,
-        scale_to_zero=bool(args.get("scale_to_zero", False)),
+        scale_to_zero=bool(args.get("scale_to_zero", default_scale_to_zero(capacity))),
         idle_timeout_s=integer(args.get("idle_timeout_s", DEFAULT_IDLE_TIMEOUT_S), 1, 86400, f"{prefix}idle_timeout_s"),
+    )
+
+
+def cluster_ref(spec: RayClusterSpec, ray_cluster_name: pulumi.Input[str]) -> RayTpuClusterRef:
+    """What a job sees of the RayCluster of ``spec``, named by ``ray_cluster_name`` (the resource's output, or
+    the plain name for checks made before it exists)."""
+    return RayTpuClusterRef(
+        ray_cluster_name=ray_cluster_name,
+        namespace=spec.namespace,
+        bucket_name=spec.bucket_name,
+        generation=spec.shape.generation.name,
+        topology=spec.shape.topology,
+        num_slices=spec.num_slices,
+        elastic_min_slices=spec.min_slices,
+        capacity=spec.capacity,
+        scale_to_zero=spec.scale_to_zero,
     )
 
 
@@ -138,10 +176,10 @@ class RayTpuCluster(pulumi.ComponentResource):
     add-on (KubeRay >= 1.4 and its TPU webhook), passed with opts providers.
     numOfHosts is the slice's host count and google.com/tpu its chips per host,
     both from the TPU catalogue, which is exactly what the TPU webhook checks
-    before admitting the RayCluster.
+    before admitting the RayCluster. MaxTextRun takes it as ray_cluster.
     """
 
-    cluster_name: pulumi.Output[str]
+    ray_cluster_name: pulumi.Output[str]
     """The RayCluster's name (known once it exists)."""
     head_service: pulumi.Output[str]
     """The head Service KubeRay creates: the dashboard and Jobs API, ClusterIP only."""
@@ -172,9 +210,10 @@ class RayTpuCluster(pulumi.ComponentResource):
             f"{name}-raycluster", ray_cluster(spec), child_options(self, opts, depends_on=prerequisites)
         )
         # Tied to the resource so consumers of the name wait for the RayCluster to exist.
-        self.cluster_name = self.ray_cluster.urn.apply(lambda _: spec.name)
+        self.ray_cluster_name = self.ray_cluster.urn.apply(lambda _: spec.name)
         self.head_service = pulumi.Output.from_input(spec.head_service)
         self.dashboard_port = pulumi.Output.from_input(DASHBOARD_PORT)
+        self.ref = cluster_ref(spec, self.ray_cluster_name)
         self.register_outputs(
-            {"rayClusterName": self.cluster_name, "headService": self.head_service, "dashboardPort": self.dashboard_port}
+            {"rayClusterName": self.ray_cluster_name, "headService": self.head_service, "dashboardPort": self.dashboard_port}
         )

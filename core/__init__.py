@@ -13,3 +13,8 @@
 ``components/`` (the Pulumi library), ``stack/`` (this repository's program)
 and ``training/`` (the job) import from here; nothing here imports them.
 """
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+"""The checkout: where Pulumi.yaml, pyproject.toml and the local run directories are."""

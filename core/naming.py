@@ -92,12 +92,6 @@ DNS_LABEL = NameRule(
     63,
     "1-63 lowercase letters, digits or '-', starting and ending with a letter or digit",
 )
-DNS_1035_LABEL = NameRule(
-    "a Kubernetes DNS-1035 label",
-    r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?",
-    63,
-    f"1-63 lowercase letters, digits or '-', {_LOWER_START_END}",
-)
 DNS_SUBDOMAIN = NameRule(
     "a Kubernetes DNS-1123 subdomain",
     r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*",

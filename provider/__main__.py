@@ -11,11 +11,11 @@ import sys
 import tomllib
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pulumi.provider.experimental import component_provider_host  # noqa: E402
 
+from core import REPO_ROOT  # noqa: E402
 from components import (  # noqa: E402
     DcnNetworks,
     GcsWorkloadIdentity,

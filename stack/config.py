@@ -2,12 +2,13 @@
 
 :class:`StackConfig` is the whole contract of ``Pulumi.<stack>.yaml``: each
 field carries its config key (the alias), its default, its description (the
-config table of docs/deploy.md is rendered from them, and a test keeps the two equal)
-and its rule. Defaults of the keys a component takes come from that
+config table of docs/deploy.md is rendered from them by ``stack/readme.py``, and a test
+keeps the two equal) and its rule; a declared run is a :class:`DeclaredRun`. Defaults of the keys a component takes come from that
 component's module, so the stack and the library cannot drift apart.
 
 :func:`parse_stack_config` validates the raw strings Pulumi hands a program,
-before anything is registered. Every failure is one
+before anything is registered (``stack/component_keys.py`` renames the errors
+components raise). Every failure is one
 :class:`~core.errors.ConfigError` naming the key the user sets
 (``gke-ray-tpu:releaseChannel``), the bad value and what would be valid;
 names the stack derives from a value (``<clusterName>-net-1``, the RayCluster's
@@ -18,19 +19,24 @@ from __future__ import annotations
 
 import json
 import re
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Iterator, Mapping, Optional
+from typing import Annotated, Any, Callable, Literal, Mapping, Optional, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
+from annotated_types import Ge, Le
+from pydantic import (
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Json, StrictBool, StrictInt, Strict, ValidationError,
+    TypeAdapter, ValidationInfo, field_validator, model_validator,
+)
+from pydantic.fields import FieldInfo
 
 from components import dcn_networks, gcs_workload_identity, gke_cluster, ray_tpu_cluster, tpu_slice_node_pool
+from components.gcs_workload_identity import GcsWorkloadIdentityRef
 from components.maxtext_run import MaxTextRunArgs, build_run_job
+from components.ray_tpu_cluster import RayTpuClusterArgs, RayTpuClusterRef
 from core import capacity as capacity_rules, gke, naming
 from core.errors import ConfigError
 from core.job_spec import JobSpec
 from core.maxtext import check_settings
-from core.presets import get_preset
+from core.presets import DEFAULT_PRESET, get_preset
 from core.tpu_catalogue import SliceShape, slice_shape
 
 NAMESPACE = "gke-ray-tpu"
@@ -49,59 +55,16 @@ def config_key(field: str) -> str:
 
 
 # -- value types: config arrives as strings (JSON for lists and objects) ------------------------
+# Pydantic coerces and bounds the values (ints from strings, JSON, choices as Literals); a failed
+# check becomes a ConfigError under the user's key in _config_error, worded by _expected.
 
 
-def _text(value: Any, info: ValidationInfo) -> str:
-    if not isinstance(value, str):
-        raise ConfigError(config_key(info.field_name), value, "a string")
-    return value
+def _pulumi_bool(value: Any) -> Any:
+    """Pulumi spells booleans true/false; any other string is left for the strict check to refuse (not "yes")."""
+    return value.lower() == "true" if isinstance(value, str) and value.lower() in ("true", "false") else value
 
 
-def _bool(value: Any, info: ValidationInfo) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    raise ConfigError(config_key(info.field_name), value, "true or false")
-
-
-def _json(kind: type, example: str) -> Callable[[Any, ValidationInfo], Any]:
-    def parse(value: Any, info: ValidationInfo) -> Any:
-        parsed = value
-        if isinstance(value, str):
-            try:
-                parsed = json.loads(value)
-            except json.JSONDecodeError:
-                parsed = None
-        if not isinstance(parsed, kind):
-            raise ConfigError(config_key(info.field_name), value, f"a JSON {kind.__name__} such as {example}")
-        return parsed
-
-    return parse
-
-
-def _integer(low: int, high: int) -> Callable[[Any, ValidationInfo], int]:
-    def parse(value: Any, info: ValidationInfo) -> int:
-        expected = f"an integer between {low} and {high}"
-        if isinstance(value, str):
-            try:
-                value = int(value)
-            except ValueError:
-                raise ConfigError(config_key(info.field_name), value, expected) from None
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ConfigError(config_key(info.field_name), value, expected)
-        return value
-
-    return parse
-
-
-def _choice(*choices: str) -> Callable[[Any, ValidationInfo], str]:
-    def parse(value: Any, info: ValidationInfo) -> str:
-        if value not in choices:
-            raise ConfigError(config_key(info.field_name), value, f"one of {', '.join(choices)}")
-        return value
-
-    return parse
+Flag = Annotated[bool, BeforeValidator(_pulumi_bool), Strict()]
 
 
 def _rule(check: Callable[[Any, str], Any]) -> AfterValidator:
@@ -127,10 +90,6 @@ def _pattern(pattern: re.Pattern, expected: str) -> AfterValidator:
     return _rule(check)
 
 
-Text = Annotated[str, BeforeValidator(_text)]
-Flag = Annotated[bool, BeforeValidator(_bool)]
-
-
 def _location(value: str, key: str) -> None:
     if not (naming.ZONE.matches(value) or naming.REGION.matches(value)):
         raise ConfigError(key, value, "a zone (us-east5-b) or a region (us-east5)")
@@ -151,71 +110,74 @@ def _planned_overrides(value: dict, key: str) -> None:
     check_settings(value, key=lambda name: f"{key}.{name}")
 
 
-@dataclass(frozen=True)
-class DeclaredRun:
-    """One training run declared in the stack (``gke-ray-tpu:runs``): ``pulumi up`` applies it as a RayJob."""
+_RUN_EXAMPLE = {"name": "baseline", "preset": DEFAULT_PRESET}
 
-    name: str
+
+class DeclaredRun(BaseModel):
+    """One training run declared in the stack (``gke-ray-tpu:runs``): ``pulumi up`` applies it as a RayJob.
+
+    Its fields are a MaxTextRun's arguments, under the camelCase keys a user writes; the errors its
+    rules raise name the field (``preset``), and the stack's error puts the run in front of it
+    (``gke-ray-tpu:runs[0].preset``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_name: str = Field(
+        alias="name", json_schema_extra={"expected": f"{naming.RAY_JOB_NAME.what}: {naming.RAY_JOB_NAME.description}"}
+    )
     """The RayJob's name and MaxText's run_name: checkpoints go to gs://<bucket>/<name>/checkpoints."""
-    preset: str
-    overrides: dict
-    elastic: bool = False
-    min_slices: Optional[int] = None
-    active_deadline_seconds: Optional[int] = None
+    preset: str = DEFAULT_PRESET
+    overrides: dict = Field(default_factory=dict, json_schema_extra={"expected": 'an object of MaxText keys, e.g. {"steps": 20}'})
+    min_slices: Optional[StrictInt] = Field(None, alias="minSlices", ge=1)
+    active_deadline_seconds: Optional[StrictInt] = Field(None, alias="activeDeadlineSeconds", ge=1)
+    backoff_limit: Literal[0] = Field(
+        0,
+        alias="backoffLimit",
+        exclude=True,
+        json_schema_extra={
+            "expected": "0: KubeRay refuses RayJob retries on an existing RayCluster (older releases deleted that cluster "
+            "to retry); a run restarts inside its job instead (Ray Train's max_failures, 3 when elastic or on Spot)"
+        },
+    )
+    elastic: StrictBool = Field(False, validate_default=True)
+    """Set, or implied by an elastic preset or by minSlices (declared last: it reads both)."""
 
+    @field_validator("run_name")
+    @classmethod
+    def _job_name(cls, value: str) -> str:
+        return naming.RAY_JOB_NAME.check(value, "name")
 
-_RUN_FIELDS = ("name", "preset", "overrides", "elastic", "minSlices", "activeDeadlineSeconds", "backoffLimit")
-
-
-def _runs(value: Any, info: ValidationInfo) -> tuple[DeclaredRun, ...]:
-    """``[{"name": ..., "preset": ..., "overrides": {...}, ...}, ...]``, every field checked under its key."""
-    key = config_key(info.field_name)
-    runs = _json(list, '[{"name": "baseline", "preset": "llama3-8b"}]')(value, info)
-    parsed, names = [], set()
-    for index, item in enumerate(runs):
-        at = f"{key}[{index}]"
-        if not isinstance(item, dict):
-            raise ConfigError(at, item, 'an object such as {"name": "baseline", "preset": "llama3-8b"}')
-        unknown = sorted(set(item) - set(_RUN_FIELDS))
-        if unknown:
-            raise ConfigError(f"{at}.{unknown[0]}", item[unknown[0]], f"a known field: {', '.join(_RUN_FIELDS)}")
-        name = naming.RAY_JOB_NAME.check(item.get("name"), f"{at}.name")
-        if name in names:
-            raise ConfigError(f"{at}.name", name, "a name no other run of the stack has")
-        names.add(name)
-        preset = get_preset(item.get("preset", "llama3-8b"), key=f"{at}.preset")
+    @field_validator("preset")
+    @classmethod
+    def _tpu_preset(cls, value: str) -> str:
+        preset = get_preset(value, key="preset")
         if preset.backend != "tpu":
-            raise ConfigError(f"{at}.preset", preset.name, "a TPU preset (tiny-cpu is for the local run)")
-        overrides = item.get("overrides", {})
-        if not isinstance(overrides, dict):
-            raise ConfigError(f"{at}.overrides", overrides, 'an object of MaxText keys, e.g. {"steps": 20}')
-        _planned_overrides(overrides, f"{at}.overrides")
-        if "run_name" in overrides:
-            raise ConfigError(f"{at}.overrides.run_name", overrides["run_name"], f"unset: the run's name is {at}.name")
-        elastic = item.get("elastic", False)
-        if not isinstance(elastic, bool):
-            raise ConfigError(f"{at}.elastic", elastic, "true or false")
-        for field, low in (("minSlices", 1), ("activeDeadlineSeconds", 1)):
-            number = item.get(field)
-            if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < low):
-                raise ConfigError(f"{at}.{field}", number, f"an integer >= {low}")
-        if item.get("backoffLimit", 0) != 0:
-            raise ConfigError(
-                f"{at}.backoffLimit", item["backoffLimit"],
-                "0: KubeRay refuses RayJob retries on an existing RayCluster (older releases deleted that cluster "
-                "to retry); a run restarts inside its job instead (Ray Train's max_failures, 3 when elastic or on Spot)",
-            )
-        parsed.append(
-            DeclaredRun(
-                name=name,
-                preset=preset.name,
-                overrides=overrides,
-                elastic=elastic or preset.elastic or item.get("minSlices") is not None,
-                min_slices=item.get("minSlices"),
-                active_deadline_seconds=item.get("activeDeadlineSeconds"),
-            )
-        )
-    return tuple(parsed)
+            raise ConfigError("preset", preset.name, "a TPU preset (tiny-cpu is for the local run)")
+        return preset.name
+
+    @field_validator("overrides")
+    @classmethod
+    def _maxtext_keys(cls, value: dict) -> dict:
+        _planned_overrides(value, "overrides")
+        if "run_name" in value:
+            raise ConfigError("overrides.run_name", value["run_name"], "unset: the run's name is its name")
+        return value
+
+    @field_validator("elastic")
+    @classmethod
+    def _implied_elastic(cls, value: bool, info: ValidationInfo) -> bool:
+        preset = info.data.get("preset")
+        return value or (preset is not None and get_preset(preset).elastic) or info.data.get("min_slices") is not None
+
+
+def _distinct_names(runs: list[DeclaredRun], info: ValidationInfo) -> list[DeclaredRun]:
+    names: set[str] = set()
+    for index, run in enumerate(runs):
+        if run.run_name in names:
+            raise ConfigError(f"{config_key(info.field_name)}[{index}].name", run.run_name, "a name no other run of the stack has")
+        names.add(run.run_name)
+    return runs
 
 
 def _project_number(value: str, key: str) -> None:
@@ -236,31 +198,31 @@ class StackConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
-    project: Annotated[Text, _name(naming.PROJECT_ID)] = Field(
+    project: Annotated[str, _name(naming.PROJECT_ID)] = Field(
         alias="gcp:project", description="the project everything is created in"
     )
-    region: Annotated[Text, _name(naming.REGION)] = Field(
+    region: Annotated[str, _name(naming.REGION)] = Field(
         alias="gcp:region", description="the region of the subnets, the bucket and an Autopilot cluster"
     )
-    zone: Annotated[Optional[Text], _name(naming.ZONE)] = Field(
+    zone: Annotated[Optional[str], _name(naming.ZONE)] = Field(
         None, alias="gcp:zone", description="the zone of the slices and of a Standard cluster; unset: `<region>-b`"
     )
-    cluster_name: Annotated[Text, _name(naming.GKE_NAME)] = Field(
+    cluster_name: Annotated[str, _name(naming.GKE_NAME)] = Field(
         "ray-tpu-multislice",
         alias="gke-ray-tpu:clusterName",
         description="GKE cluster name (1-40 characters); also prefixes the DCN networks (`<name>-net-<i>`), subnets and firewall rules",
     )
-    cluster_mode: Annotated[str, BeforeValidator(_choice(*gke.CLUSTER_MODES))] = Field(
+    cluster_mode: Literal[gke.CLUSTER_MODES] = Field(
         gke_cluster.DEFAULT_MODE,
         alias="gke-ray-tpu:clusterMode",
         description="`standard`, or `autopilot`: a regional cluster, TPU nodes from a DRANET ComputeClass, no node pools or networks of ours",
     )
-    cluster_version: Annotated[Text, _rule(_version)] = Field(
+    cluster_version: Annotated[str, _rule(_version)] = Field(
         gke_cluster.DEFAULT_VERSION,
         alias="gke-ray-tpu:clusterVersion",
         description="a minor (`1.35`: the channel's newest patch of it) or an exact version (`1.35.2-gke.1842000`); at least the DRANET minimum, 1.34.1-gke.1829001 (Standard) or 1.35.2-gke.1842000 (Autopilot); preview checks GKE still offers it",
     )
-    release_channel: Annotated[str, BeforeValidator(_choice(*gke.RELEASE_CHANNELS))] = Field(
+    release_channel: Literal[gke.RELEASE_CHANNELS] = Field(
         gke_cluster.DEFAULT_RELEASE_CHANNEL,
         alias="gke-ray-tpu:releaseChannel",
         description="`UNSPECIFIED` is allowed for Standard only",
@@ -270,20 +232,20 @@ class StackConfig(BaseModel):
         alias="gke-ray-tpu:deletionProtection",
         description="the dev stack sets `false`; `pulumi destroy` of a protected cluster fails until you set it false and `pulumi up`",
     )
-    existing_cluster_name: Annotated[Optional[Text], _name(naming.GKE_NAME)] = Field(
+    existing_cluster_name: Annotated[Optional[str], _name(naming.GKE_NAME)] = Field(
         None,
         alias="gke-ray-tpu:existingClusterName",
         description="reuse this cluster: nothing of the cluster is created; preview checks it has Dataplane V2, the Workload Identity pool, the Ray operator and GCS FUSE add-ons and the DRANET version",
     )
-    existing_cluster_location: Annotated[Optional[Text], _rule(_location)] = Field(
+    existing_cluster_location: Annotated[Optional[str], _rule(_location)] = Field(
         None, alias="gke-ray-tpu:existingClusterLocation", description="the zone or region of `existingClusterName`; unset: `gcp:zone`"
     )
-    cpu_machine_type: Annotated[Text, _pattern(_MACHINE_TYPE, "a Compute Engine machine type such as n1-standard-16")] = Field(
+    cpu_machine_type: Annotated[str, _pattern(_MACHINE_TYPE, "a Compute Engine machine type such as n1-standard-16")] = Field(
         gke_cluster.DEFAULT_CPU_MACHINE_TYPE,
         alias="gke-ray-tpu:cpuMachineType",
         description="the CPU pool for the Ray head and system pods (Standard)",
     )
-    cpu_node_count: Annotated[int, BeforeValidator(_integer(1, 1000))] = Field(
+    cpu_node_count: Annotated[int, Field(ge=1, le=1000)] = Field(
         gke_cluster.DEFAULT_CPU_NODE_COUNT, alias="gke-ray-tpu:cpuNodeCount", description="nodes of that pool, 1-1000"
     )
     enable_multi_networking: Flag = Field(
@@ -302,39 +264,39 @@ class StackConfig(BaseModel):
         description="the Ray operator add-on sends the RayCluster's Ray metrics to Managed Service for Prometheus; "
         "billed per sample ingested, every day the cluster runs (docs/training.md: Logs and metrics); a cluster the stack creates",
     )
-    dcn_cidrs: Annotated[Optional[list], BeforeValidator(_json(list, '["10.50.0.0/16", "10.60.0.0/16"]'))] = Field(
+    dcn_cidrs: Annotated[Optional[Json[list]], Field(examples=['["10.50.0.0/16", "10.60.0.0/16"]'])] = Field(
         None,
         alias="gke-ray-tpu:dcnCidrs",
         description='one DCN network each; private, /8-/29, disjoint, at most the NICs DRANET can hand out (2 on `ct6e-standard-4t`, 0 on v4/v5e/v5p); unset: `["10.50.0.0/16","10.60.0.0/16"]` cut to that many',
     )
-    tpu_generation: Text = Field(
+    tpu_generation: str = Field(
         tpu_slice_node_pool.DEFAULT_GENERATION,
         alias="gke-ray-tpu:tpuGeneration",
         description="any generation of `core/tpu_catalogue.py`: v4, v5e, v5p, v6e, tpu7x",
     )
-    tpu_topology: Text = Field(
+    tpu_topology: str = Field(
         tpu_slice_node_pool.DEFAULT_TOPOLOGY,
         alias="gke-ray-tpu:tpuTopology",
         description="a topology of that generation; machine type, host count and chips per host are derived",
     )
-    num_slices: Annotated[int, BeforeValidator(_integer(1, 64))] = Field(
+    num_slices: Annotated[int, Field(ge=1, le=64)] = Field(
         ray_tpu_cluster.DEFAULT_NUM_SLICES,
         alias="gke-ray-tpu:numSlices",
         description="one node pool and one RayCluster replica per slice, 1-64; more than 1 needs a multi-host topology",
     )
-    elastic_min_slices: Annotated[Optional[int], BeforeValidator(_integer(1, 64))] = Field(
+    elastic_min_slices: Annotated[Optional[int], Field(ge=1, le=64)] = Field(
         None,
         alias="gke-ray-tpu:elasticMinSlices",
         description="lower bound of elastic training (the RayCluster's `minReplicas`), 1 to `numSlices`; unset: `numSlices`",
     )
-    capacity: Annotated[str, BeforeValidator(_choice(*capacity_rules.CAPACITY_MODES))] = Field(
+    capacity: Literal[capacity_rules.CAPACITY_MODES] = Field(
         capacity_rules.DEFAULT_CAPACITY,
         alias="gke-ray-tpu:capacity",
         description="how GKE obtains the TPU VMs: `on-demand` (the tutorial's), `spot` (cheaper, preemptible), "
         "`flex-start` (Dynamic Workload Scheduler: Standard only, v5e/v5p/v6e, GKE >= 1.33.0-gke.1712000, nodes "
         "live at most 7 days) or `reservation` (consumes `reservation`)",
     )
-    reservation: Annotated[Optional[Text], _rule(capacity_rules.check_reservation)] = Field(
+    reservation: Annotated[Optional[str], _rule(capacity_rules.check_reservation)] = Field(
         None,
         alias="gke-ray-tpu:reservation",
         description="the reservation `capacity: reservation` consumes (a name, or `projects/<p>/reservations/<name>`); required exactly then",
@@ -346,21 +308,21 @@ class StackConfig(BaseModel):
         "autoscaler adds and removes whole slices; a run then waits minutes for its slices. Unset: true for "
         "`flex-start` (required), false otherwise (a held slice starts runs at once; on demand, one released may not come back)",
     )
-    idle_timeout_seconds: Annotated[int, BeforeValidator(_integer(60, 86400))] = Field(
+    idle_timeout_seconds: Annotated[int, Field(ge=60, le=86400)] = Field(
         ray_tpu_cluster.DEFAULT_IDLE_TIMEOUT_S,
         alias="gke-ray-tpu:idleTimeoutSeconds",
         description="with `scaleToZero`: idle seconds before KubeRay's autoscaler removes a slice, 60-86400",
     )
-    max_run_duration: Annotated[Optional[int], BeforeValidator(_integer(1, capacity_rules.MAX_RUN_DURATION_S))] = Field(
+    max_run_duration: Annotated[Optional[int], Field(ge=1, le=capacity_rules.MAX_RUN_DURATION_S)] = Field(
         None,
         alias="gke-ray-tpu:maxRunDuration",
         description="`flex-start` only: seconds after which GKE stops a TPU node, 1-604800 (unset: GKE's 7 days)",
     )
-    bucket_name: Annotated[Text, _rule(naming.check_bucket_name)] = Field(
+    bucket_name: Annotated[str, _rule(naming.check_bucket_name)] = Field(
         alias="gke-ray-tpu:bucketName",
         description="Google's bucket naming rules (3-63 characters, no `goog` prefix, no `google`, no dots)",
     )
-    bucket_deletion: Annotated[str, BeforeValidator(_choice(*gcs_workload_identity.BUCKET_DELETION_POLICIES))] = Field(
+    bucket_deletion: Literal[gcs_workload_identity.BUCKET_DELETION_POLICIES] = Field(
         gcs_workload_identity.DEFAULT_BUCKET_DELETION,
         alias="gke-ray-tpu:bucketDeletion",
         description="`retain`: destroy forgets the bucket and keeps it; `delete-empty`: GCS refuses while checkpoints remain, so destroy stops; `force`: deletes it with every object",
@@ -370,44 +332,45 @@ class StackConfig(BaseModel):
         alias="gke-ray-tpu:bucketHierarchicalNamespace",
         description="create the bucket with a hierarchical namespace (atomic folder renames, GCS FUSE's recommendation); only when the bucket is created: an existing bucket keeps its namespace (a preview warning says so) and is never replaced",
     )
-    namespace: Annotated[Text, _name(naming.DNS_LABEL), _rule(_created_namespace)] = Field(
+    namespace: Annotated[str, _name(naming.DNS_LABEL), _rule(_created_namespace)] = Field(
         gcs_workload_identity.DEFAULT_NAMESPACE,
         alias="gke-ray-tpu:namespace",
         description="a DNS-1123 label; a namespace other than `default` is created",
     )
-    ksa_name: Annotated[Text, _rule(gcs_workload_identity.check_ksa_name)] = Field(
+    ksa_name: Annotated[str, _rule(gcs_workload_identity.check_ksa_name)] = Field(
         gcs_workload_identity.DEFAULT_KSA_NAME,
         alias="gke-ray-tpu:ksaName",
         description="the Kubernetes service account of the Ray pods; `ns/<namespace>/sa/<ksaName>` is its Workload Identity subject, at most 127 characters"
     )
-    ray_cluster_name: Annotated[Text, _name(naming.RAY_CLUSTER_NAME)] = Field(
+    ray_cluster_name: Annotated[str, _name(naming.RAY_CLUSTER_NAME)] = Field(
         ray_tpu_cluster.DEFAULT_NAME,
         alias="gke-ray-tpu:rayClusterName",
         description="the head service is `<name>-head-svc`; at most 53 characters (KubeRay), 41 for multi-host slices (the TPU webhook's `<name>-headless`)",
     )
-    ray_image: Annotated[Text, _rule(ray_tpu_cluster.check_image)] = Field(
+    ray_image: Annotated[str, _rule(ray_tpu_cluster.check_image)] = Field(
         ray_tpu_cluster.DEFAULT_IMAGE,
         alias="gke-ray-tpu:rayImage",
         description="the tutorial's image; a moving tag, so it is pulled on every start. Pin your own tested image for production",
     )
-    megascale_port: Annotated[int, BeforeValidator(_integer(1024, 65535)), _rule(ray_tpu_cluster.check_megascale_port)] = Field(
+    megascale_port: Annotated[int, Field(ge=1024, le=65535), _rule(ray_tpu_cluster.check_megascale_port)] = Field(
         ray_tpu_cluster.DEFAULT_MEGASCALE_PORT, alias="gke-ray-tpu:megascalePort", description="`MEGASCALE_PORT` of the TPU workers"
     )
-    project_number: Annotated[Optional[Text], _rule(_project_number)] = Field(
+    project_number: Annotated[Optional[str], _rule(_project_number)] = Field(
         None, alias="gke-ray-tpu:projectNumber", description="skips the `getProject` call used for the `principal://` member"
     )
-    planned_preset: Annotated[Optional[Text], _rule(_planned_preset)] = Field(
+    planned_preset: Annotated[Optional[str], _rule(_planned_preset)] = Field(
         None,
         alias="gke-ray-tpu:plannedPreset",
-        description="the training preset preview checks against the slices; a mismatch fails preview when set (unset: `llama3-8b`, and a mismatch only warns)",
+        description="the training preset preview checks against the slices; a mismatch fails preview when set "
+        f"(unset: `{DEFAULT_PRESET}`, and a mismatch only warns)",
     )
-    planned_overrides: Annotated[dict, BeforeValidator(_json(dict, '{"per_device_batch_size": 2}')), _rule(_planned_overrides)] = Field(
+    planned_overrides: Annotated[Json[dict], Field(examples=['{"per_device_batch_size": 2}']), _rule(_planned_overrides)] = Field(
         default_factory=dict,
         alias="gke-ray-tpu:plannedOverrides",
         description="a JSON object of MaxText keys applied to the planned preset; the keys the estimates read are type- and range-checked",
     )
 
-    runs: Annotated[tuple, BeforeValidator(_runs)] = Field(
+    runs: Annotated[Json[list[DeclaredRun]], Field(examples=[json.dumps([_RUN_EXAMPLE])]), AfterValidator(_distinct_names)] = Field(
         default=(),
         alias="gke-ray-tpu:runs",
         description="training runs `pulumi up` applies as KubeRay RayJobs on the stack's RayCluster: a JSON list of "
@@ -487,46 +450,45 @@ class StackConfig(BaseModel):
     def scale_to_zero_or_default(self) -> bool:
         return self.scale_to_zero if self.scale_to_zero is not None else capacity_rules.default_scale_to_zero(self.capacity)
 
-    @property
-    def elastic_min(self) -> int:
-        return self.elastic_min_slices if self.elastic_min_slices is not None else self.num_slices
-
-    def run_args(self, index: int) -> MaxTextRunArgs:
-        """The MaxTextRun of declared run ``index`` on this stack's RayCluster and slices."""
-        run = self.runs[index]
-        args = MaxTextRunArgs(
-            run_name=run.name,
+    def ray_cluster_args(self, workload_identity: GcsWorkloadIdentityRef) -> RayTpuClusterArgs:
+        """The stack's RayTpuCluster, on ``workload_identity`` (the GcsWorkloadIdentity, or its fields)."""
+        return RayTpuClusterArgs(
+            workload_identity=workload_identity,
             ray_cluster_name=self.ray_cluster_name,
-            bucket_name=self.bucket_name,
-            num_slices=self.num_slices,
             generation=self.tpu_generation,
             topology=self.tpu_topology,
-            preset=run.preset,
-            overrides=run.overrides,
-            elastic=run.elastic,
-            min_slices=run.min_slices if run.min_slices is not None else self.elastic_min,
+            num_slices=self.num_slices,
+            dcn_interfaces=len(self.dcn_cidrs_or_default),
+            image=self.ray_image,
+            megascale_port=self.megascale_port,
             capacity=self.capacity,
             scale_to_zero=self.scale_to_zero_or_default,
-            namespace=self.namespace,
+            idle_timeout_s=self.idle_timeout_seconds,
+            **({"elastic_min_slices": self.elastic_min_slices} if self.elastic_min_slices is not None else {}),
+            **({"compute_class": self.compute_class_name} if self.autopilot else {}),
         )
-        if run.active_deadline_seconds is not None:
-            args["active_deadline_seconds"] = run.active_deadline_seconds
-        return args
+
+    @property
+    def planned_ray_cluster(self) -> RayTpuClusterRef:
+        """The stack's RayTpuCluster as its runs see it, with the component's defaults, before it exists."""
+        identity = GcsWorkloadIdentityRef(bucket_name=self.bucket_name, ksa_name=self.ksa_name, namespace=self.namespace)
+        spec = ray_tpu_cluster.spec_from_args(self.ray_cluster_args(identity))
+        return ray_tpu_cluster.cluster_ref(spec, spec.name)
+
+    def run_args(self, index: int, ray_cluster: RayTpuClusterRef) -> MaxTextRunArgs:
+        """The MaxTextRun of declared run ``index`` on ``ray_cluster`` (the RayTpuCluster, or its fields)."""
+        return MaxTextRunArgs(ray_cluster=ray_cluster, **self.runs[index].model_dump(exclude_none=True))
 
     def declared_job(self, index: int) -> JobSpec:
         """The job of run ``index``, as the submit command would build it for this stack (same rules)."""
         run = self.runs[index]
         at = f"{config_key('runs')}[{index}]"
-        args = self.run_args(index)
-        if run.elastic and not self.elastic_min <= args["min_slices"] <= self.num_slices:
-            raise ConfigError(
-                f"{at}.minSlices", args["min_slices"],
-                f"an integer between elasticMinSlices ({self.elastic_min}) and numSlices ({self.num_slices}): "
-                "the RayCluster keeps no fewer slices",
-            )
         try:
-            return build_run_job(args)
+            return build_run_job(self.run_args(index, self.planned_ray_cluster))
         except ConfigError as error:
+            field = DeclaredRun.model_fields.get(error.key.removeprefix("MaxTextRunArgs."))
+            if field is not None:  # an argument the run sets
+                raise error.renamed(f"{at}.{field.alias}") from None
             # A MaxText key of the run's own overrides, else one its preset sets.
             mine = [part for part in re.split(r"[*,]", error.key) if part in run.overrides]
             where = f"{at}.overrides.{error.key}" if mine else f"{at} ({error.key} of preset {run.preset})"
@@ -548,9 +510,6 @@ def parse_stack_config(raw: Mapping[str, str]) -> StackConfig:
     if unknown:
         names = ", ".join(sorted(alias.split(":", 1)[1] for alias in known if alias.startswith(NAMESPACE)))
         raise ConfigError(unknown[0], ours[unknown[0]], f"a known key: {names}")
-    for key in ("gcp:project", "gcp:region", f"{NAMESPACE}:bucketName"):
-        if not ours.get(key):
-            raise ConfigError(key, ours.get(key), "a value (set it with `pulumi config set`)")
     empty = sorted(key for key, value in ours.items() if value == "")
     if empty:
         # What `pulumi config set <key> ""` stores: no key takes it, and it does not mean unset.
@@ -558,16 +517,73 @@ def parse_stack_config(raw: Mapping[str, str]) -> StackConfig:
     try:
         return StackConfig.model_validate(ours)
     except ValidationError as error:
-        raise _config_error(error) from None
+        raise _config_error(error, ours) from None
 
 
-def _config_error(error: ValidationError) -> ConfigError:
+def _config_error(error: ValidationError, raw: Mapping[str, str]) -> ConfigError:
+    """The first problem, under the key the user set (``gke-ray-tpu:runs[0].minSlices``) and with the value they wrote."""
     first = error.errors()[0]
+    loc = first["loc"]
     cause = (first.get("ctx") or {}).get("error")
     if isinstance(cause, ConfigError):
-        return cause
-    key = first["loc"][0] if first["loc"] else NAMESPACE
-    return ConfigError(str(key), first.get("input"), first["msg"])
+        # A rule of a run's field names the field: the run goes in front of it.
+        return cause if len(loc) <= 1 or ":" in cause.key else cause.renamed(f"{_key(loc[:-1])}.{cause.key}")
+    if len(loc) == 1:
+        value = raw.get(loc[0])
+        if first["type"] in ("greater_than_equal", "less_than_equal"):
+            value = _INTEGER.validate_python(value)  # the number read, out of bounds; else what was written
+        expected = "a value (set it with `pulumi config set`)" if first["type"] == "missing" else _expected(loc, first["type"])
+        return ConfigError(loc[0], value, expected)
+    return ConfigError(_key(loc), None if first["type"] == "missing" else first["input"], _expected(loc, first["type"]))
+
+
+_INTEGER = TypeAdapter(int)
+
+
+def _key(loc: tuple) -> str:
+    return loc[0] + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc[1:])
+
+
+def _fields(model: type[BaseModel]) -> dict[str, FieldInfo]:
+    """A model's fields by the key a user writes."""
+    return {field.alias or name: field for name, field in model.model_fields.items()}
+
+
+def _expected(loc: tuple, error_type: str) -> str:
+    """What the value at ``loc`` (a key, or a run's index and field) takes, in words."""
+    if len(loc) == 1:
+        return _words(_fields(StackConfig)[loc[0]])
+    if len(loc) == 2:
+        return f"an object such as {json.dumps(_RUN_EXAMPLE)}"
+    if error_type == "extra_forbidden":
+        return f"a known field: {', '.join(_fields(DeclaredRun))}"
+    return _words(_fields(DeclaredRun)[loc[2]])
+
+
+def _words(field: FieldInfo) -> str:
+    """A field's type and bounds in words, unless it says otherwise (``json_schema_extra={"expected": ...}``)."""
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    if "expected" in extra:
+        return str(extra["expected"])
+    kind = _bare(field.annotation)
+    if field.examples:
+        return f"a JSON {(get_origin(kind) or kind).__name__} such as {field.examples[0]}"
+    if get_origin(kind) is Literal:
+        return f"one of {', '.join(map(str, get_args(kind)))}"
+    if kind is bool:
+        return "true or false"
+    if kind is int:
+        low = next(m.ge for m in field.metadata if isinstance(m, Ge))
+        high = next((m.le for m in field.metadata if isinstance(m, Le)), None)
+        return f"an integer between {low} and {high}" if high is not None else f"an integer >= {low}"
+    return "a string"
+
+
+def _bare(annotation: Any) -> Any:
+    """The type under Optional[...] and Annotated[...]."""
+    if get_origin(annotation) is Union:
+        (annotation,) = [arg for arg in get_args(annotation) if arg is not type(None)]
+    return get_args(annotation)[0] if get_origin(annotation) is Annotated else annotation
 
 
 def raw_pulumi_config() -> dict[str, str]:
@@ -575,77 +591,3 @@ def raw_pulumi_config() -> dict[str, str]:
     from pulumi.runtime import config as runtime_config
 
     return {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
-
-
-def config_table() -> str:
-    """The config table of docs/deploy.md, from the model: key, default, notes."""
-    rows = ["| key | default | notes |", "|---|---|---|"]
-    for field in StackConfig.model_fields.values():
-        alias = field.alias or ""
-        key = alias.split(":", 1)[1] if alias.startswith(NAMESPACE + ":") else alias
-        if field.is_required():
-            default = "required"
-        elif field.default_factory is not None:
-            default = f"`{json.dumps(field.default_factory())}`"
-        elif field.default is None:
-            default = "unset"
-        elif isinstance(field.default, (bool, tuple)):
-            default = f"`{json.dumps(field.default)}`"
-        else:
-            default = f"`{field.default}`"
-        rows.append(f"| `{key}` | {default} | {field.description} |")
-    return "\n".join(rows)
-
-
-def component_keys(cfg: StackConfig) -> dict[str, str]:
-    """The config key behind each component argument the stack sets, for errors raised inside components."""
-    key = config_key
-    return {
-        "GkeRayClusterArgs.cluster_name": key("existing_cluster_name" if cfg.existing_cluster_name else "cluster_name"),
-        "GkeRayClusterArgs.location": key("existing_cluster_location" if cfg.existing_cluster_name else "region"),
-        "GkeRayClusterArgs.mode": key("cluster_mode"),
-        "GkeRayClusterArgs.version": key("cluster_version"),
-        "GkeRayClusterArgs.release_channel": key("release_channel"),
-        "GkeRayClusterArgs.cpu_node_count": key("cpu_node_count"),
-        "DcnNetworksArgs.name_prefix": key("cluster_name"),
-        "DcnNetworksArgs.cidrs": key("dcn_cidrs"),
-        "TpuSliceNodePoolArgs.generation": key("tpu_generation"),
-        "TpuSliceNodePoolArgs.topology": key("tpu_topology"),
-        "TpuSliceNodePoolArgs.capacity": key("capacity"),
-        "TpuSliceNodePoolArgs.reservation": key("reservation"),
-        "TpuSliceNodePoolArgs.scale_to_zero": key("scale_to_zero"),
-        "TpuSliceNodePoolArgs.max_run_duration_s": key("max_run_duration"),
-        "TpuSliceNodePoolArgs.additional_networks": key("dcn_cidrs"),
-        "GcsWorkloadIdentityArgs.bucket_name": key("bucket_name"),
-        "GcsWorkloadIdentityArgs.namespace": key("namespace"),
-        "GcsWorkloadIdentityArgs.ksa_name": key("ksa_name"),
-        "GcsWorkloadIdentityArgs.bucket_deletion": key("bucket_deletion"),
-        "GcsWorkloadIdentityArgs.hierarchical_namespace": key("bucket_hierarchical_namespace"),
-        "RayTpuClusterArgs.name": key("ray_cluster_name"),
-        "RayTpuClusterArgs.compute_class": key("ray_cluster_name"),
-        "RayTpuClusterArgs.namespace": key("namespace"),
-        "RayTpuClusterArgs.service_account": key("ksa_name"),
-        "RayTpuClusterArgs.generation": key("tpu_generation"),
-        "RayTpuClusterArgs.topology": key("tpu_topology"),
-        "RayTpuClusterArgs.num_slices": key("num_slices"),
-        "RayTpuClusterArgs.min_slices": key("elastic_min_slices"),
-        "RayTpuClusterArgs.dcn_interfaces": key("dcn_cidrs"),
-        "RayTpuClusterArgs.image": key("ray_image"),
-        "RayTpuClusterArgs.megascale_port": key("megascale_port"),
-        "RayTpuClusterArgs.capacity": key("capacity"),
-        "RayTpuClusterArgs.scale_to_zero": key("scale_to_zero"),
-        "RayTpuClusterArgs.idle_timeout_s": key("idle_timeout_seconds"),
-        **{f"MaxTextRunArgs.{field}": key("runs") for field in MaxTextRunArgs.__annotations__},
-    }
-
-
-@contextmanager
-def config_keys(cfg: StackConfig) -> Iterator[None]:
-    """Errors raised inside components name the config key the user sets, not the component argument."""
-    try:
-        yield
-    except ConfigError as error:
-        renamed = component_keys(cfg).get(error.key)
-        if renamed is None:
-            raise
-        raise error.renamed(renamed) from None

@@ -2,7 +2,7 @@
 
 Used by the unit tests and by ``python -m stack.preview``. Every resource the
 program registers is recorded with its inputs *and* the options the standard
-mocks hide (parent, explicit dependencies, provider, retain-on-delete), so tests
+mocks hide (parent, dependencies, provider, retain-on-delete), so tests
 can assert on the dependency graph and on what ``pulumi destroy`` would do.
 """
 
@@ -25,7 +25,8 @@ from pulumi.runtime import config as runtime_config
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from core import REPO_ROOT
+
 PROGRAM = REPO_ROOT / "__main__.py"
 PROJECT = "gke-ray-tpu"
 MOCK_PROJECT_NUMBER = "123456789012"
@@ -41,12 +42,15 @@ class RegisteredResource:
     custom: bool
     parent: str
     dependencies: list[str]
+    """Every resource this one waits for: its explicit ``depends_on`` and those its inputs come from."""
     provider: str
     retain_on_delete: bool
     protect: bool
     replace_on_changes: list[str] = field(default_factory=list)
     delete_before_replace: bool = False
     ignore_changes: list[str] = field(default_factory=list)
+    input_dependencies: dict[str, list[str]] = field(default_factory=dict)
+    """The resources each input's value comes from (by input name): the dependencies that need no ``depends_on``."""
 
     @property
     def parent_type(self) -> Optional[str]:
@@ -179,6 +183,7 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
                     replace_on_changes=list(request.replaceOnChanges),
                     delete_before_replace=bool(request.deleteBeforeReplace),
                     ignore_changes=list(request.ignoreChanges),
+                    input_dependencies={key: list(deps.urns) for key, deps in request.propertyDependencies.items()},
                 )
             )
         return response

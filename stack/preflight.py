@@ -19,7 +19,7 @@ from core.estimates.cost import CapacityCost, capacity_costs, format_capacity_co
 from core.estimates.prices import cpu_machine_usd_per_hour
 from core.maxtext import BASE_DEFAULTS, Value
 from core.parallelism import check_elastic
-from core.presets import get_preset
+from core.presets import DEFAULT_PRESET, get_preset
 from stack.config import StackConfig, config_key
 
 
@@ -55,7 +55,7 @@ def preflight(
     ``elastic``: the run must also map onto every smaller slice count down to
     ``min_slices`` (default ``elasticMinSlices``), because Ray Train may restart it on fewer slices.
     """
-    low = (min_slices or cfg.elastic_min) if elastic else cfg.num_slices
+    low = (min_slices or cfg.planned_ray_cluster["elastic_min_slices"]) if elastic else cfg.num_slices
     report = PreflightReport(slice_counts=tuple(range(cfg.num_slices, low - 1, -1)))
     try:
         check_elastic(maxtext, cfg.shape.chips, low, cfg.num_slices, slice_name=f"{cfg.shape.pod_type} slice")
@@ -91,14 +91,11 @@ def preflight(
     return report
 
 
-DEFAULT_PLANNED_PRESET = "llama3-8b"
-
-
 def planned_run(
     preset_name: Optional[str], overrides: Mapping[str, Value], key: str = config_key("planned_preset")
 ) -> tuple[dict[str, Value], bool]:
     """The MaxText settings of a training preset with overrides, and whether it is elastic."""
-    preset = get_preset(preset_name or DEFAULT_PLANNED_PRESET, key=key)
+    preset = get_preset(preset_name or DEFAULT_PRESET, key=key)
     return {**preset.maxtext, **overrides}, preset.elastic
 
 
@@ -116,7 +113,7 @@ def check_planned_run(cfg: StackConfig, info: Callable[[str], None], warn: Calla
     if report.errors and cfg.planned_preset:
         raise report.errors[0]
     for error in report.errors:
-        warn(f"the default planned run ({DEFAULT_PLANNED_PRESET}) does not map onto these slices: {error}")
+        warn(f"the default planned run ({DEFAULT_PRESET}) does not map onto these slices: {error}")
     info(report.format())
     return report
 
@@ -137,12 +134,12 @@ def check_declared_runs(cfg: StackConfig, info: Callable[[str], None]) -> list[P
             raise report.errors[0].renamed(key)
         if report.hbm is not None and not report.hbm.fits:
             raise ConfigError(
-                key, run.name,
+                key, run.run_name,
                 f"a run that fits the chips: estimated {report.hbm.total_gib:.2f} GiB per chip, "
                 f"{report.hbm.usable_gib:.2f} GiB usable on {cfg.shape.generation.name} "
                 "(lower per_device_batch_size, bfloat16 weights, remat_policy full, more fsdp)",
             )
-        info(f"Declared run {run.name} (preset {run.preset}):\n" + report.format())
+        info(f"Declared run {run.run_name} (preset {run.preset}):\n" + report.format())
         reports.append(report)
     return reports
 

@@ -17,11 +17,12 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from core import REPO_ROOT
 from core.errors import ConfigError
 from core.job_spec import parse_overrides
 from core.maxtext import check_settings, render
 from stack.config import config_key, parse_stack_config
-from stack.mock_engine import REPO_ROOT, load_stack_file, run_offline
+from stack.mock_engine import load_stack_file, run_offline
 from stack.preflight import check_idle_cost, planned_run, preflight
 from stack.resource_tree import manifests_yaml, render_tree
 

@@ -8,7 +8,7 @@ logged step is in ``(c, c + checkpoint_period - 1)``, SIGKILLs that pid, and
 waits for the job to end. (The log trails the computation by a step, and after
 the window the save of the next checkpoint, asynchronous as MaxText's default
 is, may be in flight: a kill there may lose more than a period.) What
-happened is read back from the job's log (``training.progress``) and the
+happened is read back from the job's log (``training.driver.progress``) and the
 checkpoint directory. ``tests/test_training_elastic.py`` asserts on it;
 ``bench/bench_elastic_recovery.py`` times it.
 
@@ -35,8 +35,7 @@ from core.job_spec import bucket_url, submission_id_for
 from training.driver.local_ray import LocalRayNode
 from training.driver.progress import Progress
 from training.driver.timeline import ABSL_TIME
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO_ROOT
 _WORKER_PID = re.compile(r"\(RayTrainWorker pid=(\d+)")
 _XLA_COMPILE = re.compile(r"Finished XLA compilation of \S+ in ([0-9.]+) sec")
 _CHECKPOINT_LOOKED_UP = ("restoring from this run's directory step", "No existing checkpoints found")

@@ -19,6 +19,9 @@ from tests.conftest import with_keys
 from tests.schemas import validate_ray_cluster, validate_ray_job
 from tests.test_stack_dev import RAYCLUSTER, RAYJOB, tpu_pools
 
+IDENTITY = {"bucket_name": "b", "ksa_name": "ray-tpu-ksa", "namespace": "default"}
+"""A GcsWorkloadIdentity as RayTpuCluster sees it."""
+
 HOSTS = 4  # a v6e 4x4 slice
 
 
@@ -175,10 +178,10 @@ def test_the_component_alone_refuses_under_its_argument(args, key, expected):
 
 def test_the_raycluster_component_refuses_a_capacity_its_compute_class_cannot_ask_for():
     with pytest.raises(ConfigError) as error:
-        spec_from_args({"bucket_name": "b", "compute_class": "c-tpu", "capacity": "flex-start"})
+        spec_from_args({"workload_identity": IDENTITY, "compute_class": "c-tpu", "capacity": "flex-start"})
     assert error.value.key == "RayTpuClusterArgs.capacity"
     with pytest.raises(ConfigError, match="RayTpuClusterArgs.capacity='ondemand'"):
-        spec_from_args({"bucket_name": "b", "capacity": "ondemand"})
+        spec_from_args({"workload_identity": IDENTITY, "capacity": "ondemand"})
 
 
 def test_a_flex_start_stack_costs_about_its_cpu_pool_while_idle(dev_config):

@@ -206,7 +206,7 @@ def test_any_config_parses_or_is_refused_naming_a_config_key(dev_config, changes
         assert_names_a_config_key(error)
     else:
         assert parsed.shape.topology in parsed.shape.generation.topologies
-        assert 1 <= parsed.elastic_min <= parsed.num_slices
+        assert 1 <= parsed.planned_ray_cluster["elastic_min_slices"] <= parsed.num_slices
         assert len(parsed.dcn_cidrs_or_default) <= parsed.shape.generation.dcn_nics_per_host
 
 

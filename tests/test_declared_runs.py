@@ -58,10 +58,17 @@ def test_the_rayjob_runs_exactly_what_the_submit_command_would(dev_run, rayjob):
     }]
 
 
-def test_the_rayjob_waits_for_the_raycluster_the_binding_and_its_code(dev_run):
+def names(urns) -> set[str]:
+    return {urn.rsplit("::", 1)[1] for urn in urns}
+
+
+def test_the_rayjob_waits_for_the_raycluster_through_its_inputs(dev_run):
+    """MaxTextRun takes the RayTpuCluster: the RayJob's spec names the RayCluster by its output, and the code
+    archive waits for it too (the bucket's name is plain: the job's command names it), without a depends_on."""
     job = dev_run.one(RAYJOB)
-    names = {urn.rsplit("::", 1)[1] for urn in job.dependencies}
-    assert {"ray-raycluster", "storage-object-user", "storage-ksa", "run-baseline-8b-code"} <= names
+    assert names(job.input_dependencies["spec"]) == {"ray-raycluster"}
+    assert names(dev_run.one(BUCKET_OBJECT).input_dependencies["bucket"]) == {"ray-raycluster"}
+    assert names(job.dependencies) == {"ray-raycluster", "run-baseline-8b-code"}
     assert job.provider.split("::")[-1].startswith("gke-k8s")
 
 

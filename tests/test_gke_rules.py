@@ -12,13 +12,17 @@ from components.ray_manifests import port_use
 from components.ray_tpu_cluster import spec_from_args
 from core.errors import ConfigError
 from core.kuberay import supports_flat_resource_claims
-from stack.config import config_keys, parse_stack_config
+from stack.component_keys import config_keys
+from stack.config import parse_stack_config
 from stack.mock_engine import MOCK_CHANNEL_VERSIONS, MockGke, OfflineRun, run_offline
 from tests.conftest import with_keys
 from tests.schemas import RAYCLUSTER_CRD
 from tests.test_stack_dev import CLUSTER, RAYCLUSTER, tpu_pools
 from training.driver.cluster_checks import check_kuberay
 from training.driver.errors import ClusterError
+
+IDENTITY = {"bucket_name": "b", "ksa_name": "ray-tpu-ksa", "namespace": "default"}
+"""A GcsWorkloadIdentity as RayTpuCluster sees it."""
 
 
 def refused(config: dict, gke: MockGke | None = None) -> ConfigError:
@@ -251,7 +255,7 @@ def test_a_megascale_port_ray_may_hold_is_refused_by_the_stack_and_the_component
     error = refused(with_keys(dev_config, megascalePort=str(port)))
     assert error.key == "gke-ray-tpu:megascalePort" and why in error.expected
     with pytest.raises(ConfigError) as direct:
-        spec_from_args({"bucket_name": "b", "megascale_port": port})
+        spec_from_args({"workload_identity": IDENTITY, "megascale_port": port})
     assert direct.value.key == "RayTpuClusterArgs.megascale_port" and why in direct.value.expected
 
 
@@ -261,12 +265,12 @@ def test_every_port_the_manifest_sets_is_one_megascale_may_not_take(dev_run):
     for port in ports:
         assert port_use(port) is not None
     for port in (1024, 9915, 10000, 20000, 32767):
-        assert port_use(port) is None and spec_from_args({"bucket_name": "b", "megascale_port": port})
+        assert port_use(port) is None and spec_from_args({"workload_identity": IDENTITY, "megascale_port": port})
 
 
 def test_the_ray_cluster_component_alone_refuses_an_empty_image():
     with pytest.raises(ConfigError) as error:
-        spec_from_args({"bucket_name": "b", "image": ""})
+        spec_from_args({"workload_identity": IDENTITY, "image": ""})
     assert error.value.key == "RayTpuClusterArgs.image"
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from stack.config import StackConfig, config_table
+from stack.config import StackConfig
+from stack.readme import config_table
 from tests.conftest import REPO_ROOT
 
 PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md")), REPO_ROOT / "bench" / "README.md"]

@@ -239,6 +239,13 @@ def test_ray_cluster_waits_for_slices_storage_and_claim(dev_run):
     names = {urn.rsplit("::", 1)[1] for urn in ray.dependencies}
     # A dependency on a component expands to its children.
     assert {"slice-0-pool", "slice-1-pool", "storage-ksa", "storage-object-user", "ray-netdev-claim"} <= names
+    # RayTpuCluster takes the GcsWorkloadIdentity: its pods' service account is the identity's output, tied to
+    # the account's bucket bindings (which name the bucket).
+    from_inputs = {urn.rsplit("::", 1)[1] for urn in ray.input_dependencies["spec"]}
+    assert from_inputs == {"storage-ksa", "storage-object-user", "storage-bucket-reader"}
+    bindings = [r for r in dev_run.resources if r.urn.endswith(("::storage-object-user", "::storage-bucket-reader"))]
+    assert [names for names in ({u.rsplit("::", 1)[1] for u in b.input_dependencies["bucket"]} for b in bindings)] == [
+        {"storage-bucket"}, {"storage-bucket"}]
 
 
 @pytest.mark.skipif(not (SHARED / "reference").is_dir(), reason="the tutorial's manifests live in ../shared/reference")

@@ -3,7 +3,7 @@ resumes from the run's latest checkpoint, finishing the requested steps.
 
 The real thing on CPU: a local Ray head (this module's), the local elastic job (2 CPU workers,
 num_workers=(1, 2), FailureConfig(max_failures=3)) submitted with ``python -m training.submit
---local --elastic``, and ``training.drill`` killing the worker of rank 0 (the one that hosts the JAX
+--local --elastic``, and ``tests/drill.py`` killing the worker of rank 0 (the one that hosts the JAX
 coordinator) once the checkpoint of step 4 is committed and a later step is logged.
 """
 

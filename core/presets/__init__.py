@@ -22,6 +22,8 @@ from core.maxtext import Value, check_settings
 
 Backend = Literal["tpu", "cpu"]
 BACKENDS = ("tpu", "cpu")
+DEFAULT_PRESET = "llama3-8b"
+"""The run of a cluster when none is named: the tutorial's 8B run (the submit command, a declared run, the planned run)."""
 PRESET_DIR = resources.files(__name__)
 """The YAML files, read through importlib so presets load from a zip as well (a declared run's code archive)."""
 

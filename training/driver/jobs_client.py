@@ -13,7 +13,7 @@ A run declared in the stack is submitted by KubeRay as
 ``maxtext-<run>-rayjob-<digest>`` (``core.job_spec.declared_submission_id``);
 those are jobs of the run too, ordered with the others by Ray's start time.
 
-Each call is retried on transient errors (``training.retry``) and fails as one
+Each call is retried on transient errors (``training.driver.retry``) and fails as one
 ``ClusterError`` line, never a traceback.
 """
 

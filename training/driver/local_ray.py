@@ -5,7 +5,7 @@ stops exactly the processes it started (raylet, GCS, dashboard, workers) and
 nothing else on the machine; ``ray stop`` would kill every Ray on the host.
 Every port is picked free, so two local heads (two test sessions) coexist.
 ``LocalRayNode`` adds a second node to such a head, for a drill that loses a
-whole node (``training.drill``).
+whole node (``tests/drill.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Self
 
 from training.driver.errors import ClusterError
 
@@ -47,7 +47,22 @@ def free_ports(count: int) -> list[int]:
         return [s.getsockname()[1] for s in socks]
 
 
-class LocalRayHead:
+class _Started:
+    """A context manager around ``_start``: ``_close`` runs on exit, and when the start fails half way."""
+
+    def __enter__(self) -> Self:
+        try:
+            self._start()
+        except BaseException:
+            self._close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._close()
+
+
+class LocalRayHead(_Started):
     """``with LocalRayHead(num_cpus=2, log_path=...) as head:`` then use ``head.address``."""
 
     def __init__(
@@ -64,17 +79,6 @@ class LocalRayHead:
         self._temp_dir: str | None = None
         self.address = ""
         self.gcs_address = ""
-
-    def __enter__(self) -> "LocalRayHead":
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def _start(self) -> None:
         ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS))))
@@ -170,6 +174,9 @@ class LocalRayHead:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir = None
 
+    def _close(self) -> None:
+        self.stop()
+
 
 _NODE_PORT_FLAGS = (
     "--node-manager-port",
@@ -181,7 +188,7 @@ _NODE_PORT_FLAGS = (
 )
 
 
-class LocalRayNode:
+class LocalRayNode(_Started):
     """``with LocalRayNode(head, num_cpus=1, log_path=...) as node:`` a worker node of ``head``;
     ``node.kill()`` SIGKILLs all its processes at once, as when a VM is reclaimed."""
 
@@ -191,17 +198,6 @@ class LocalRayNode:
         self.log_path = log_path
         self.startup_timeout_s = startup_timeout_s
         self.proc: subprocess.Popen | None = None
-
-    def __enter__(self) -> "LocalRayNode":
-        try:
-            self._start()
-        except BaseException:
-            self.kill()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.kill()
 
     def _alive_nodes(self) -> int | None:
         """Alive nodes of the cluster, or None while the head's state API is not up yet."""
@@ -243,6 +239,9 @@ class LocalRayNode:
             except ProcessLookupError:
                 pass
             self.proc = None
+
+    def _close(self) -> None:
+        self.kill()
 
 
 def _group_gone(proc: subprocess.Popen, wait_s: float) -> bool:

@@ -9,9 +9,9 @@ from typing import Optional, Sequence
 
 from core.job_spec import DEFAULT_CONFIG, parse_overrides
 from core.maxtext import Value
-from core.presets import PRESETS
+from core import REPO_ROOT
+from core.presets import DEFAULT_PRESET, PRESETS
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_LOCAL_DIR = REPO_ROOT / "local-runs"
 """This machine's run directories: ``<dir>/<run_name>/`` holds the job's log and record and the report's figure
 (and, for a local run, MaxText's checkpoints and metrics); ``training.driver.run_files``."""
@@ -102,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--stack", help="read the outputs of this stack with the Pulumi Automation API")
     where.add_argument("--local", action="store_true",
                        help="run on local CPU workers (starts a Ray head on 127.0.0.1 unless --address)")
-    p.add_argument("--preset", help=f"one of {', '.join(PRESETS)} (default llama3-8b, or tiny-cpu with --local)")
+    p.add_argument("--preset", help=f"one of {', '.join(PRESETS)} (default {DEFAULT_PRESET}, or tiny-cpu with --local)")
     p.add_argument("--config", default=DEFAULT_CONFIG,
                    help=f"MaxText YAML (default {DEFAULT_CONFIG}: the installed MaxText's base config)")
     p.add_argument("--elastic", action="store_true",

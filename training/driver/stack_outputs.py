@@ -12,40 +12,47 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal, get_args, get_origin
 
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from core import REPO_ROOT
 from core.capacity import CAPACITY_MODES
 from core.errors import ConfigError
 from core.estimates.prices import chip_price
 from core.job_spec import bucket_url
 from core.tpu_catalogue import slice_shape
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-"""Where Pulumi.yaml is: the project the Automation API reads the stack of."""
+Text = Annotated[StrictStr, Field(pattern=r"\S")]
+"""A string with something in it."""
 
 
-@dataclass(frozen=True)
-class StackOutputs:
-    region: str
-    namespace: str
-    bucket_name: str
-    ray_head_service: str
-    ray_dashboard_port: int
-    checkpoint_dir: str
+class StackOutputs(BaseModel):
+    """The outputs, by their Python names; the stack exports them in camelCase (``numSlices``)."""
+
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel, extra="ignore")
+
+    region: Text
+    namespace: Text
+    bucket_name: Text
+    ray_head_service: Text
+    ray_dashboard_port: StrictInt = Field(ge=1, le=65535)
+    checkpoint_dir: Text
     """``gs://<bucket_name>``: where cluster runs write checkpoints and metrics (Orbax's commit markers)."""
-    tpu_generation: str
-    accelerator_type: str
-    topology: str
-    num_slices: int
-    hosts_per_slice: int
-    chips_per_host: int
-    chips_per_slice: int
-    elastic_min_slices: int
-    capacity: str
+    tpu_generation: Text
+    accelerator_type: Text
+    topology: Text
+    num_slices: StrictInt
+    hosts_per_slice: StrictInt
+    chips_per_host: StrictInt
+    chips_per_slice: StrictInt
+    elastic_min_slices: StrictInt
+    capacity: Literal[CAPACITY_MODES]
     """How the slices' VMs are obtained (core.capacity): on Spot the job must expect to lose one and restart."""
-    scale_to_zero: bool
-    """The cluster keeps no slice while idle: a job waits minutes for its slices to start."""
+    scale_to_zero: StrictBool
+    """The cluster keeps no slice while idle: a job waits minutes for its slices."""
 
     @property
     def spot(self) -> bool:
@@ -62,71 +69,70 @@ class StackOutputs:
         return price.usd_per_chip_hour(self.spot), f"{basis} list price, {self.tpu_generation} in {self.region}" \
             f"{caveat}, {price.as_of}"
 
+    @model_validator(mode="after")
+    def _agree(self) -> "StackOutputs":
+        """The outputs agree with each other, with the TPU catalogue the trainer uses, and with where runs write."""
+        shape = slice_shape(self.tpu_generation, self.topology, key="topology", generation_key="tpuGeneration")
+        derived = {
+            "acceleratorType": (self.accelerator_type, shape.generation.ray_accelerator_type),
+            "hostsPerSlice": (self.hosts_per_slice, shape.hosts),
+            "chipsPerHost": (self.chips_per_host, shape.chips_per_host),
+            "chipsPerSlice": (self.chips_per_slice, shape.chips),
+        }
+        for key, (got, want) in derived.items():
+            if got != want:
+                raise ConfigError(key, got, f"{want!r} for a {shape.generation.name} {shape.topology} slice")
+        if self.checkpoint_dir.rstrip("/") != bucket_url(self.bucket_name):
+            raise ConfigError(
+                "checkpointDir", self.checkpoint_dir,
+                f"{bucket_url(self.bucket_name)}, the bucket runs write checkpoints to (a stack deployed before "
+                "checkpoints went straight to the bucket exports /data: run `pulumi up` to update its outputs)",
+            )
+        if not 1 <= self.elastic_min_slices <= self.num_slices:
+            raise ConfigError(
+                "elasticMinSlices", self.elastic_min_slices, f"between 1 and numSlices ({self.num_slices})"
+            )
+        return self
 
-_FIELDS = {
-    "region": ("region", str),
-    "namespace": ("namespace", str),
-    "bucketName": ("bucket_name", str),
-    "rayHeadService": ("ray_head_service", str),
-    "rayDashboardPort": ("ray_dashboard_port", int),
-    "checkpointDir": ("checkpoint_dir", str),
-    "tpuGeneration": ("tpu_generation", str),
-    "acceleratorType": ("accelerator_type", str),
-    "topology": ("topology", str),
-    "numSlices": ("num_slices", int),
-    "hostsPerSlice": ("hosts_per_slice", int),
-    "chipsPerHost": ("chips_per_host", int),
-    "chipsPerSlice": ("chips_per_slice", int),
-    "elasticMinSlices": ("elastic_min_slices", int),
-    "capacity": ("capacity", str),
-    "scaleToZero": ("scale_to_zero", bool),
-}
+
+_FIELDS = {field.alias: name for name, field in StackOutputs.model_fields.items()}
+
+
+def _kind(annotation: object) -> type:
+    """The Python type of an output: under Annotated[...], or of a Literal's values."""
+    if get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    if get_origin(annotation) is Literal:
+        return type(get_args(annotation)[0])
+    return annotation  # type: ignore[return-value]
+
+
+_EXPECTED = {"rayDashboardPort": "a TCP port (1-65535)", "capacity": f"one of {', '.join(CAPACITY_MODES)}"}
+"""What the bounds of an output allow (its type alone says the rest)."""
 
 
 def from_mapping(raw: object, source: str) -> StackOutputs:
     """Check the outputs (camelCase, as Pulumi prints them) and convert them."""
     if not isinstance(raw, dict):
         raise ConfigError(source, type(raw).__name__, "a JSON object of stack outputs")
-    values = {}
-    for key, (field, kind) in _FIELDS.items():
-        if key not in raw:
-            raise ConfigError(
-                f"{source}: {key}", None, f"a {kind.__name__} output, which the stack exports (docs/deploy.md: 'Stack outputs')"
-            )
-        value = raw[key]
-        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-            raise ConfigError(f"{source}: {key}", value, f"a {kind.__name__}")
-        if kind is str and not value.strip():
-            raise ConfigError(f"{source}: {key}", value, "a non-empty str")
-        values[field] = value
-    outputs = StackOutputs(**values)
-    if not 1 <= outputs.ray_dashboard_port <= 65535:
-        raise ConfigError(f"{source}: rayDashboardPort", outputs.ray_dashboard_port, "a TCP port (1-65535)")
-    if outputs.checkpoint_dir.rstrip("/") != bucket_url(outputs.bucket_name):
-        raise ConfigError(
-            f"{source}: checkpointDir", outputs.checkpoint_dir,
-            f"{bucket_url(outputs.bucket_name)}, the bucket runs write checkpoints to (a stack deployed before "
-            "checkpoints went straight to the bucket exports /data: run `pulumi up` to update its outputs)",
-        )
-    if outputs.capacity not in CAPACITY_MODES:
-        raise ConfigError(f"{source}: capacity", outputs.capacity, f"one of {', '.join(CAPACITY_MODES)}")
-    shape = slice_shape(outputs.tpu_generation, outputs.topology, key=f"{source}: topology")
-    derived = {
-        "acceleratorType": (outputs.accelerator_type, shape.generation.ray_accelerator_type),
-        "hostsPerSlice": (outputs.hosts_per_slice, shape.hosts),
-        "chipsPerHost": (outputs.chips_per_host, shape.chips_per_host),
-        "chipsPerSlice": (outputs.chips_per_slice, shape.chips),
-    }
-    for key, (got, want) in derived.items():
-        if got != want:
-            raise ConfigError(
-                f"{source}: {key}", got, f"{want!r} for a {shape.generation.name} {shape.topology} slice"
-            )
-    if not 1 <= outputs.elastic_min_slices <= outputs.num_slices:
-        raise ConfigError(
-            f"{source}: elasticMinSlices", outputs.elastic_min_slices, f"between 1 and numSlices ({outputs.num_slices})"
-        )
-    return outputs
+    try:
+        return StackOutputs.model_validate(raw)
+    except ValidationError as error:
+        first = error.errors()[0]
+        cause = (first.get("ctx") or {}).get("error")
+        if isinstance(cause, ConfigError):
+            raise cause.renamed(f"{source}: {cause.key}") from None
+        (key,) = first["loc"]
+        kind = _kind(StackOutputs.model_fields[_FIELDS[key]].annotation).__name__
+        if first["type"] == "missing":
+            expected = f"a {kind} output, which the stack exports (docs/deploy.md: 'Stack outputs')"
+        elif first["type"].endswith("_type"):
+            expected = f"a {kind}"
+        elif first["type"] == "string_pattern_mismatch":
+            expected = f"a non-empty {kind}"
+        else:
+            expected = _EXPECTED[key]
+        raise ConfigError(f"{source}: {key}", raw.get(key), expected) from None
 
 
 def load_file(path: str) -> StackOutputs:

@@ -14,7 +14,7 @@ from core.errors import ConfigError
 from core.job_spec import (
     COMPILATION_CACHE_DIR, SHIPPED_PACKAGES, JobSpec, build_job, entrypoint, run_location, runtime_env,
 )
-from core.presets import get_preset
+from core.presets import DEFAULT_PRESET, get_preset
 from training.driver.request import REPO_ROOT, SubmitRequest
 from training.driver.stack_outputs import StackOutputs
 
@@ -34,10 +34,6 @@ class Submission:
     run_dir: Path
     """This machine's directory for the run: its job log (and, locally, checkpoints and metrics)."""
 
-    @property
-    def job_log(self) -> Path:
-        return self.run_dir / "job.log"
-
 
 def unique_run_name(base: str) -> str:
     return f"{base}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
@@ -56,7 +52,7 @@ def _run_name(request: SubmitRequest, base: str) -> str:
 
 
 def for_cluster(request: SubmitRequest, outputs: StackOutputs) -> Submission:
-    preset = get_preset(request.preset or "llama3-8b")
+    preset = get_preset(request.preset or DEFAULT_PRESET)
     if preset.backend != "tpu":
         raise ConfigError("--preset", preset.name, "a TPU preset for a cluster run (tiny-cpu is for --local)")
     out_dir = _run_dirs(request)

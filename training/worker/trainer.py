@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec.validate()
     except ConfigError as e:
-        print(f"python -m training.trainer: error: {e}", file=sys.stderr)
+        print(f"python -m training.worker.trainer: error: {e}", file=sys.stderr)
         return 2
     low, high = spec.worker_range()
     print(
