@@ -58,7 +58,7 @@ def test_the_restarted_group_restored_the_previous_complete_step_and_the_job_suc
 
 def test_the_loss_curve_was_read_from_the_bucket(drill):
     assert drill.output_dir == f"gs://{BUCKET}/{RUN}"
-    assert (drill.run_dir / "report.png").is_file() and "[submit] loss curve: " in drill.stderr
+    assert (drill.run_dir / "report.png").is_file() and "[submit] figure: " in drill.stderr
 
 
 # Orbax's own lines (absl INFO, in every worker's log; the job log has them through Ray), the ones a
