@@ -54,12 +54,28 @@ class TpuGeneration:
     peak_bf16_tflops_per_chip: float
     dcn_nics_per_host: int
     """Extra gVNICs a multi-host VM offers for DCN (DRANET netdevs); 0 = no DRANET."""
+    xla_hbm_limit_gib: float
+    """HBM one JAX device may use, as XLA's TPU compiler states it ("exceeds available
+    HBM (31.24G)", G = GiB), below the nominal HBM by what the runtime keeps. Measured
+    on a CPU host with libtpu 0.0.50.1 by compiling a program too large for the
+    generation's topology (``stack.xla_compile.hbm_limit_gib``);
+    ``tests/test_xla_check.py`` compiles v6e's again."""
     uses_workload_policy: bool = False
     """Multi-host placement goes through a workload policy, not COMPACT placement."""
     flex_start: bool = False
     """GKE can provision it with flex-start (Dynamic Workload Scheduler): GKE's "About
     flex-start" page lists v5e, v5p and v6e zones, and says v3/v4 are not supported;
     Ironwood is not listed there, so it is refused until it is."""
+    jax_devices_per_chip: int = 1
+    """JAX devices MaxText compiles one chip as: 1 (v4 and v5p in megacore mode), 2 on
+    tpu7x, whose TensorCores are separate devices."""
+    maxtext_prefix: str = ""
+    """MaxText's name for the generation in ``compile_topology`` (``v5e-16``), where it
+    differs from the pod type prefix."""
+
+    @property
+    def xla_hbm_limit_gib_per_chip(self) -> float:
+        return self.xla_hbm_limit_gib * self.jax_devices_per_chip
 
     @property
     def supports_dranet(self) -> bool:
@@ -87,6 +103,7 @@ GENERATIONS: dict[str, TpuGeneration] = {
             hbm_gib_per_chip=32,
             peak_bf16_tflops_per_chip=275,
             dcn_nics_per_host=0,
+            xla_hbm_limit_gib=30.75,
         ),
         TpuGeneration(
             name="v5e",
@@ -106,6 +123,8 @@ GENERATIONS: dict[str, TpuGeneration] = {
             peak_bf16_tflops_per_chip=197,
             dcn_nics_per_host=0,
             flex_start=True,
+            xla_hbm_limit_gib=15.75,
+            maxtext_prefix="v5e",
         ),
         TpuGeneration(
             name="v5p",
@@ -121,6 +140,7 @@ GENERATIONS: dict[str, TpuGeneration] = {
             peak_bf16_tflops_per_chip=459,
             dcn_nics_per_host=0,
             flex_start=True,
+            xla_hbm_limit_gib=95.73,
         ),
         TpuGeneration(
             name="v6e",
@@ -140,6 +160,7 @@ GENERATIONS: dict[str, TpuGeneration] = {
             peak_bf16_tflops_per_chip=918,
             dcn_nics_per_host=2,
             flex_start=True,
+            xla_hbm_limit_gib=31.24,
         ),
         TpuGeneration(
             name="tpu7x",
@@ -155,6 +176,9 @@ GENERATIONS: dict[str, TpuGeneration] = {
             peak_bf16_tflops_per_chip=2307,
             dcn_nics_per_host=2,
             uses_workload_policy=True,
+            xla_hbm_limit_gib=94.74,
+            jax_devices_per_chip=2,
+            maxtext_prefix="tpu7x",
         ),
     )
 }
@@ -184,6 +208,12 @@ class SliceShape:
     @property
     def hbm_gib(self) -> float:
         return self.chips * self.generation.hbm_gib_per_chip
+
+    @property
+    def maxtext_accelerator(self) -> str:
+        """MaxText's ``compile_topology`` name of the slice: ``v6e-16``, ``v5e-16``, ``tpu7x-16`` (TensorCores, as the pod type)."""
+        prefix = self.generation.maxtext_prefix or self.generation.pod_type_prefix
+        return f"{prefix}-{self.chips * self.generation.tensorcores_per_chip}"
 
 
 def generation(name: str, key: str = "generation") -> TpuGeneration:

@@ -376,6 +376,13 @@ class StackConfig(BaseModel):
         description="training runs `pulumi up` applies as KubeRay RayJobs on the stack's RayCluster: a JSON list of "
         "`{name, preset, overrides, elastic, minSlices, activeDeadlineSeconds, backoffLimit}`; checked like the submit command's, and a run that does not fit fails preview",
     )
+    compile_check: Flag = Field(
+        False,
+        alias="gke-ray-tpu:compileCheck",
+        description="preview compiles each declared run's train step for the slices with XLA's TPU compiler on the "
+        "machine running it (libtpu, no TPU; minutes per run, then cached until the run changes) and a run XLA does not "
+        "fit fails preview; false: the HBM estimate decides, and says `uncertain` near the limit",
+    )
 
     @model_validator(mode="after")
     def _across_keys(self) -> "StackConfig":

@@ -18,8 +18,10 @@ from core.estimates import CostEstimate, HbmBreakdown, estimate_cost, estimate_h
 from core.estimates.cost import CapacityCost, capacity_costs, format_capacity_costs
 from core.estimates.prices import cpu_machine_usd_per_hour
 from core.maxtext import BASE_DEFAULTS, Value
+from core.job_spec import COMPILATION_CACHE_DIR, JobSpec, bucket_url, build_job
 from core.parallelism import check_elastic
 from core.presets import DEFAULT_PRESET, get_preset
+from stack import xla_check
 from stack.config import StackConfig, config_key
 
 
@@ -68,11 +70,18 @@ def preflight(
     except ConfigError as error:
         report.warnings.append(f"no HBM estimate: {error}")
     else:
-        if not report.hbm.fits:
+        if report.hbm.does_not_fit:
             report.warnings.append(
                 f"estimated {report.hbm.total_gib:.2f} GiB per chip exceeds the usable "
                 f"{report.hbm.usable_gib:.2f} GiB of a {cfg.shape.generation.name} chip: "
                 "expect out-of-memory at compile time"
+            )
+        elif not report.hbm.fits:
+            report.warnings.append(
+                f"estimated {report.hbm.total_gib:.2f} GiB per chip is within the estimate's error of XLA's "
+                f"{report.hbm.usable_gib:.2f} GiB limit on a {cfg.shape.generation.name} chip: uncertain, run the "
+                f"compile check (python -m stack.preview --section training --compile; for declared runs "
+                f"{config_key('compile_check')} true)"
             )
 
     model = maxtext.get("model_name")
@@ -99,6 +108,24 @@ def planned_run(
     return {**preset.maxtext, **overrides}, preset.elastic
 
 
+def planned_job(
+    cfg: StackConfig, preset_name: Optional[str], overrides: Mapping[str, Value], key: str = config_key("planned_preset")
+) -> JobSpec:
+    """The planned run as the submit command would build it for the stack's slices: what the compile check compiles."""
+    preset = get_preset(preset_name or DEFAULT_PRESET, key=key)
+    return build_job(
+        preset,
+        base_output_directory=bucket_url(cfg.bucket_name) + "/",
+        run_name=preset.run_name,
+        slices=cfg.num_slices,
+        overrides=overrides,
+        generation=cfg.tpu_generation,
+        topology=cfg.tpu_topology,
+        spot=cfg.capacity == "spot",
+        compilation_cache_dir=COMPILATION_CACHE_DIR,
+    )
+
+
 def check_planned_run(cfg: StackConfig, info: Callable[[str], None], warn: Callable[[str], None]) -> PreflightReport:
     """The preview-time check: the stack's planned run (``plannedPreset``) against its slices.
 
@@ -121,9 +148,11 @@ def check_planned_run(cfg: StackConfig, info: Callable[[str], None], warn: Calla
 def check_declared_runs(cfg: StackConfig, info: Callable[[str], None]) -> list[PreflightReport]:
     """Each run of ``gke-ray-tpu:runs``: its sharding, HBM and cost, at preview.
 
-    These runs are applied by ``pulumi up``, so one that cannot shard or whose
-    estimate exceeds the chip's HBM fails preview; the breakdown and the cost
-    are printed for the review.
+    These runs are applied by ``pulumi up``, so one that cannot shard or does
+    not fit the chip's HBM fails preview; the breakdown and the cost are
+    printed for the review. With ``compileCheck`` XLA's compiler decides
+    whether it fits (:mod:`stack.xla_check`); otherwise the estimate does, and
+    only when it is sure.
     """
     reports = []
     for index, run in enumerate(cfg.runs):
@@ -132,16 +161,34 @@ def check_declared_runs(cfg: StackConfig, info: Callable[[str], None]) -> list[P
         report = preflight(cfg, job.maxtext, elastic=job.elastic, min_slices=job.min_slices)
         if report.errors:
             raise report.errors[0].renamed(key)
-        if report.hbm is not None and not report.hbm.fits:
+        text = report.format()
+        if cfg.compile_check:
+            text += "\n" + _compiled(job, key, run.run_name, report.hbm)
+        elif report.hbm is not None and report.hbm.does_not_fit:
             raise ConfigError(
                 key, run.run_name,
                 f"a run that fits the chips: estimated {report.hbm.total_gib:.2f} GiB per chip, "
                 f"{report.hbm.usable_gib:.2f} GiB usable on {cfg.shape.generation.name} "
                 "(lower per_device_batch_size, bfloat16 weights, remat_policy full, more fsdp)",
             )
-        info(f"Declared run {run.run_name} (preset {run.preset}):\n" + report.format())
+        info(f"Declared run {run.run_name} (preset {run.preset}):\n" + text)
         reports.append(report)
     return reports
+
+
+def _compiled(job: JobSpec, key: str, name: str, estimate: Optional[HbmBreakdown]) -> str:
+    """XLA's figures for a declared run; a run XLA does not compile fails preview under its key."""
+    try:
+        result = xla_check.check_job(job)
+    except xla_check.CompileCheckError as error:
+        raise ConfigError(config_key("compile_check"), True, f"a compile check that can run here: {error}") from None
+    if not result.fits:
+        raise ConfigError(
+            key, name,
+            f"a run XLA compiles within the chips' HBM: {result.verdict()} "
+            f"({job.slices} x {result.request.compile_topology}; log: {result.log})",
+        )
+    return result.format(estimate.total_gib if estimate else None)
 
 
 def stack_costs(cfg: StackConfig) -> list[CapacityCost]:

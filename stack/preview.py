@@ -5,8 +5,14 @@ no credentials) and prints what ``pulumi up`` would create, the Kubernetes
 manifests it would apply, whether the planned MaxText run's sharding maps onto
 the slices, its estimated HBM per chip, and its cost. The versions GKE offers
 and an existing cluster's settings are the mock engine's (``stack.mock_engine``),
-not your project's: ``pulumi preview`` checks those against GKE. Exit status: 0
-when the preview is sound, 1 on a sharding mismatch, 2 on a config error.
+not your project's: ``pulumi preview`` checks those against GKE.
+
+``--compile`` also compiles the planned run's train step for the slices with
+XLA's TPU compiler (:mod:`stack.xla_check`: minutes on a CPU, then cached) and
+prints XLA's HBM figures beside the estimate's; ``--json`` prints the training
+section as one JSON object. Exit status: 0 when the preview is sound, 1 on a
+sharding mismatch or when XLA does not compile the run within the chip's HBM,
+2 on a config error, 3 when the compile check could not run.
 """
 
 from __future__ import annotations
@@ -23,8 +29,9 @@ from core.job_spec import parse_overrides
 from core.maxtext import check_settings, render
 from stack.config import config_key, parse_stack_config
 from stack.mock_engine import load_stack_file, run_offline
-from stack.preflight import check_idle_cost, planned_run, preflight
+from stack.preflight import PreflightReport, check_idle_cost, planned_job, planned_run, preflight
 from stack.resource_tree import manifests_yaml, render_tree
+from stack.xla_check import CompileCheckError, XlaResult, compile_check, request_for_job
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,12 +47,47 @@ def _parser() -> argparse.ArgumentParser:
         default="all",
         help="print only one part of the preview",
     )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="compile the planned run's train step for the slices with XLA (libtpu, no TPU; minutes, then cached) "
+        "and report XLA's HBM per chip; exit 1 when it does not fit",
+    )
+    parser.add_argument("--json", action="store_true", help="print the training section as one JSON object (with --section training)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="MaxText overrides of the preset")
     return parser
 
 
+def training_json(stack: str, maxtext: dict, report: PreflightReport, xla: Optional[XlaResult]) -> dict:
+    """The training section as data: the run, its sharding, the estimate and, with --compile, XLA's figures."""
+    hbm = report.hbm
+    estimate = None if hbm is None else {
+        "total_gib": hbm.total_gib,
+        "usable_gib": hbm.usable_gib,
+        "margin_gib": hbm.margin_gib,
+        "verdict": hbm.verdict,
+        "breakdown_gib": dict(hbm.rows()),
+    }
+    out = {
+        "stack": stack,
+        "run": maxtext,
+        "sharding": {"ok": report.ok, "slice_counts": list(report.slice_counts), "errors": [str(e) for e in report.errors]},
+        "estimate": estimate,
+        "warnings": report.warnings,
+    }
+    if xla is not None:
+        out["xla"] = xla.to_json(hbm.total_gib if hbm else None)
+    return out
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    if args.json and args.section != "training":
+        print("preview: --json prints the training section: add --section training", file=sys.stderr)
+        return 2
+    if args.compile and args.section not in ("all", "training"):
+        print(f"preview: --compile checks the planned run, which --section {args.section} does not show", file=sys.stderr)
+        return 2
     path = args.config_file or REPO_ROOT / f"Pulumi.{args.stack}.yaml"
     if not path.is_file():
         print(f"preview: no stack file {path}", file=sys.stderr)
@@ -66,6 +108,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"preview: {error}", file=sys.stderr)
         return 2
     report = preflight(cfg, maxtext, elastic=elastic or args.elastic)
+    xla = None
+    if args.compile and report.ok:
+        try:
+            job = planned_job(cfg, args.preset or cfg.planned_preset, {**cfg.planned_overrides, **overrides})
+            xla = compile_check(request_for_job(job, cfg.shape, cfg.num_slices))
+        except ConfigError as error:
+            print(f"preview: {error}", file=sys.stderr)
+            return 2
+        except CompileCheckError as error:
+            print(f"preview: the compile check could not run: {error}", file=sys.stderr)
+            return 3
+    status = 0 if report.ok and (xla is None or xla.fits) else 1
+    if args.json:
+        print(json.dumps(training_json(stack, maxtext, report, xla), indent=2))
+        return status
 
     sections = []
     if run is not None and args.section in ("all", "resources"):
@@ -76,11 +133,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.section in ("all", "training"):
         settings = " ".join(f"{key}={render(value)}" for key, value in maxtext.items())
         sections.append(f"Planned run: {settings}\n" + report.format())
+        if xla is not None:
+            sections.append(xla.format(report.hbm.total_gib if report.hbm else None))
         costs: list[str] = []
         check_idle_cost(cfg, info=costs.append, warn=lambda message: costs.append(f"warning: {message}"))
         sections.append("\n".join(costs))
     print("\n\n".join(sections))
-    return 0 if report.ok else 1
+    return status
 
 
 if __name__ == "__main__":

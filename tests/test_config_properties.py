@@ -14,12 +14,14 @@ import json
 import re
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.errors import ConfigError
 from stack.config import NAMESPACE, RETIRED_KEYS, StackConfig, parse_stack_config
 from stack.mock_engine import OfflineRun, run_offline
+from stack import xla_check
 from stack.preflight import check_planned_run
 
 CONFIG_KEYS = {field.alias for field in StackConfig.model_fields.values()}
@@ -175,6 +177,14 @@ values = st.one_of(
 mutations = st.dictionaries(
     st.sampled_from(KEYS), st.one_of(values, names, st.none()), min_size=1, max_size=4
 ) | st.dictionaries(st.sampled_from(NAME_KEYS), names, min_size=1, max_size=2)
+
+
+@pytest.fixture(autouse=True)
+def compiler_stand_in(monkeypatch, tmp_path):
+    """A drawn compileCheck: true gets XLA's verdict from a stand-in, not minutes of compiling per example."""
+    monkeypatch.setenv(xla_check.CACHE_DIR_ENV, str(tmp_path))
+    fits = {"status": "compiled", "peak_bytes": 2**30, "hbm_limit_gib": 31.24, "wall_seconds": 0.0}
+    monkeypatch.setattr(xla_check, "_run_child", lambda *args: dict(fits))
 
 
 def mutate(base: dict[str, str], changes: dict) -> dict[str, str]:

@@ -137,3 +137,14 @@ def test_the_70b_run_that_fits_previews(run_stack):
     run = run_stack(runs=json.dumps(runs))
     validate_ray_job(run.one(RAYJOB).inputs)
     assert "weight_dtype=bfloat16" in run.one(RAYJOB).inputs["spec"]["entrypoint"]
+
+
+def test_a_run_the_estimate_cannot_call_previews_and_says_to_compile(run_stack):
+    """Within the estimate's error of the limit, only XLA can fail it (gke-ray-tpu:compileCheck)."""
+    runs = [{"name": "llama-70b-qkv", "preset": "llama3-70b",
+             "overrides": {"weight_dtype": "bfloat16", "per_device_batch_size": 1, "remat_policy": "save_qkv_proj"}}]
+    run = run_stack(runs=json.dumps(runs))
+    [declared] = [m for level, m in run.logs if level == "info" and m.startswith("Declared run llama-70b-qkv")]
+    assert "verdict: uncertain: run the compile check" in declared
+    assert "gke-ray-tpu:compileCheck true" in declared
+    assert run.one(RAYJOB)

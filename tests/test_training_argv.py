@@ -12,7 +12,7 @@ from core.job_spec import DEFAULT_CONFIG, JobSpec, build_job, parse_overrides, r
 from core.presets import PRESETS, get_preset
 from training.driver import stack_outputs
 from training.driver.request import SubmitRequest
-from training.driver.submission import SHIPPED, Submission, for_cluster
+from training.driver.submission import SHIPPED, Submission, for_cluster, for_local
 from training.worker import trainer
 
 # The MaxText part of the tutorial's `ray job submit ... -- python maxtext_multi_slice_trainer.py`
@@ -263,6 +263,13 @@ def test_cpu_backend_validates_mesh_as_one_slice_of_workers():
     assert trainer.run_config(spec).worker_runtime_env == {"env_vars": {**trainer.WORKER_ENV, "JAX_PLATFORMS": "cpu"}}
     with pytest.raises(ConfigError, match="local run of 2 CPU workers"):
         JobSpec("cpu", {"base_output_directory": "/o", "run_name": "r", "ici_tensor_parallelism": 4}, slices=2).validate()
+
+
+def test_every_process_of_a_local_job_keeps_jax_on_the_cpu(tmp_path):
+    """libtpu is installed (the compile check's compiler): nothing of the local run may look for a TPU."""
+    local = for_local(SubmitRequest.from_argv(["--local", "--output-dir", str(tmp_path)]))
+    assert local.runtime_env["env_vars"]["JAX_PLATFORMS"] == "cpu"  # job driver, Ray Train controller
+    assert trainer.CPU_WORKER_ENV["JAX_PLATFORMS"] == "cpu"  # the training workers
 
 
 def test_worker_argv_makes_an_existing_config_absolute(tmp_path, monkeypatch):

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from stack.config import config_key
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "pulumi.yml"
 
@@ -162,6 +164,19 @@ def test_pr_job_previews_dev_and_prod_with_the_policy_pack(workflow):
     }
 
 
+def test_pr_preview_asks_xla_about_every_declared_run(workflow):
+    job = workflow["jobs"]["preview"]
+    config = yaml.safe_load(pulumi_step(job)["with"]["config-map"])
+    assert config == {config_key("compile_check"): {"value": "true", "secret": False}}
+    (cache,) = steps_using(job, "actions/cache")
+    # The compile check's default cache dir (stack.xla_check.cache_dir), restored before preview runs.
+    assert cache["with"]["path"] == "~/.cache/gke-ray-tpu/compile-check"
+    assert cache["with"]["restore-keys"] == "compile-check-${{ matrix.stack }}-"
+    assert index_of(job, lambda s: s is cache) < index_of(job, lambda s: s.get("uses", "").startswith("pulumi/actions@"))
+    for name in ("up-dev", "up-prod"):  # `pulumi up` follows a preview that already compiled
+        assert "config-map" not in pulumi_step(workflow["jobs"][name])["with"]
+
+
 @pytest.mark.parametrize("stack,needs", [("dev", "test"), ("prod", "up-dev")])
 def test_main_runs_up_per_stack_behind_its_environment(workflow, stack, needs):
     job = workflow["jobs"][f"up-{stack}"]
@@ -247,6 +262,7 @@ def test_every_action_is_version_pinned(workflow):
     uses = [s["uses"] for job in workflow["jobs"].values() for s in job["steps"] if "uses" in s]
     assert uses and all(PINNED.match(u) for u in uses), [u for u in uses if not PINNED.match(u)]
     assert {u.split("@")[0]: u.split("@")[1] for u in uses} == {
+        "actions/cache": "v5",
         "actions/checkout": "v5",
         "actions/setup-python": "v6",
         "google-github-actions/auth": "v3",

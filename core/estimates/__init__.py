@@ -23,8 +23,8 @@ from core.estimates.flops import (
     training_tflops_per_device,
 )
 from core.estimates.memory import (
+    ESTIMATE_OVER_XLA,
     MODELLED_REMAT_POLICIES,
-    USABLE_HBM_FRACTION,
     HbmBreakdown,
     estimate_hbm,
     estimate_hbm_from_config,
@@ -37,8 +37,8 @@ __all__ = [
     "DEFAULT_MFU",
     "MODELS",
     "PRICES",
+    "ESTIMATE_OVER_XLA",
     "MODELLED_REMAT_POLICIES",
-    "USABLE_HBM_FRACTION",
     "ChipPrice",
     "CostEstimate",
     "HbmBreakdown",

@@ -83,6 +83,13 @@ def for_cluster(request: SubmitRequest, outputs: StackOutputs) -> Submission:
     )
 
 
+def _on_cpu(env: dict) -> dict:
+    """Every process of a local job (driver, Ray Train controller, workers) keeps JAX on the CPU: with
+    libtpu installed (the compile check's compiler) JAX would otherwise try a TPU backend first."""
+    env["env_vars"]["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
 def for_local(request: SubmitRequest, cold_start: bool = False) -> Submission:
     """``cold_start``: the Ray cluster at ``request.address`` scales its workers to zero (see ``runtime_env``)."""
     preset = get_preset(request.preset or "tiny-cpu")
@@ -117,7 +124,7 @@ def for_local(request: SubmitRequest, cold_start: bool = False) -> Submission:
         spec=spec,
         # The driver runs on this machine: this interpreter, not whatever `python` is on PATH.
         entrypoint=entrypoint(spec, python=shlex.quote(sys.executable)),
-        runtime_env=runtime_env(py_modules=SHIPPED, cold_start=cold_start),
+        runtime_env=_on_cpu(runtime_env(py_modules=SHIPPED, cold_start=cold_start)),
         checkpoints=run_location(spec, "checkpoints"),
         run_dir=out_dir / spec.run_name,
     )

@@ -1,0 +1,251 @@
+"""The compile check: XLA's own HBM verdict, compiled for the TPU topology on this CPU.
+
+Two real compiles (libtpu 0.0.50.1, MaxText 0.2.5): the tiny preset's model
+for 2 x v6e-16 through the preview command (it fits), and the same model made
+not to fit (XLA refuses it). Everything else reuses the first result from the
+cache, or stands in for the compiler where only the plumbing is under test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import time
+
+import pytest
+
+from core.errors import ConfigError
+from core.job_spec import DATA_MOUNT, build_job
+from core.presets import get_preset
+from core.tpu_catalogue import GENERATIONS, slice_shape
+from stack import preview, xla_check, xla_compile
+from stack.mock_engine import OfflineRun, run_offline
+from tests.conftest import with_keys
+
+V6E = GENERATIONS["v6e"]
+TINY = ["--section", "training", "--preset", "tiny-cpu", "--compile", "--json"]
+DOES_NOT_FIT = ["per_device_batch_size=256", "max_target_length=65536"]
+"""The tiny model with 16.7 M tokens per chip: XLA needs ~87 GiB of v6e's 31.24 and says so within a minute."""
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        directory = tmp_path_factory.mktemp("compile-check")
+        patch.setenv(xla_check.CACHE_DIR_ENV, str(directory))
+        patch.setattr(xla_check, "PROGRESS_EVERY_S", 1.0)
+        yield directory
+
+
+def run_preview(argv: list[str]) -> tuple[int, dict, str, float]:
+    out, err = io.StringIO(), io.StringIO()
+    started = time.monotonic()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = preview.main(argv)
+    return status, json.loads(out.getvalue()), err.getvalue(), time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def tiny(cache):
+    """The real compile: the tiny preset's train step for the dev stack's 2 x v6e-16."""
+    return run_preview(TINY)
+
+
+def test_the_tiny_model_compiles_for_two_v6e_16_slices(tiny):
+    status, out, err, _ = tiny
+    xla = out["xla"]
+    assert status == 0 and xla["fits"] is True and xla["status"] == "compiled" and not xla["cached"]
+    assert (xla["compile_topology"], xla["num_slices"], xla["per"]) == ("v6e-16", 2, "chip")
+    # What XLA says one v6e chip may use: the catalogue's figure is the compiler's.
+    assert xla["hbm_limit_gib"] == V6E.xla_hbm_limit_gib
+    assert 0 < xla["arguments_gib"] and 0 < xla["peak_hbm_gib"] < xla["hbm_limit_gib"]
+    assert xla["versions"]["libtpu"] == "0.0.50.1"
+    # Progress while it ran: the elapsed time and MaxText's phase, every second here, on stderr.
+    assert "compile check: local-tiny (default) on 2 x v6e-16: compiling the train step" in err
+    ticks = re.findall(r"local-tiny \(default\) on 2 x v6e-16: \d+ s, (.+)", err)
+    known = {"starting Python, importing MaxText", *(meaning for _, meaning in xla_check._PHASES)}
+    assert len(ticks) >= 3 and set(ticks) <= known and len(set(ticks)) >= 2
+    assert "fits (margin" in err.splitlines()[-1]
+
+
+def test_the_json_has_xla_beside_the_estimate(tiny):
+    _, out, _, _ = tiny
+    assert set(out) == {"stack", "run", "sharding", "estimate", "warnings", "xla"}
+    assert out["sharding"] == {"ok": True, "slice_counts": [2], "errors": []}
+    assert {"peak_hbm_gib", "hbm_limit_gib", "fits", "margin_gib", "temporaries_gib", "generated_code_gib",
+            "estimate_total_gib"} <= set(out["xla"])
+    assert out["estimate"] is None  # MaxText's default decoder is not a model the estimate knows
+
+
+def test_an_unchanged_run_is_answered_from_the_cache(tiny):
+    status, out, err, seconds = run_preview(TINY)
+    assert status == 0 and out["xla"]["cached"] is True and err == ""
+    assert {k: v for k, v in out["xla"].items() if k != "cached"} == {k: v for k, v in tiny[1]["xla"].items() if k != "cached"}
+    assert seconds < 1.0
+
+
+def test_a_run_xla_refuses_reports_what_it_needs_and_fails_preview(cache):
+    status, out, _, _ = run_preview([*TINY, *DOES_NOT_FIT])
+    xla = out["xla"]
+    assert status == 1 and xla["fits"] is False and xla["status"] == "oom"
+    assert xla["hbm_limit_gib"] == V6E.xla_hbm_limit_gib
+    assert xla["peak_hbm_gib"] > xla["hbm_limit_gib"] and xla["margin_gib"] < 0
+    assert "CompileTimeHbmOom" in xla["message"]
+
+
+def tiny_request(**overrides):
+    spec = build_job(get_preset("tiny-cpu"), base_output_directory=DATA_MOUNT + "/", run_name="local-tiny",
+                     slices=2, overrides=overrides)
+    return xla_check.request_for_job(spec, slice_shape("v6e", "4x4"), 2)
+
+
+def test_the_digest_follows_the_program_not_where_the_run_writes(monkeypatch):
+    base = tiny_request().digest()
+    assert tiny_request(steps=11).digest() != base  # the learning-rate schedule is in the program
+    assert tiny_request(per_device_batch_size=2).digest() != base
+    assert xla_check.request_for_job(
+        build_job(get_preset("tiny-cpu"), base_output_directory="/data/", run_name="x", slices=1),
+        slice_shape("v6e", "4x4"), 1,
+    ).digest() != base
+    same = build_job(get_preset("tiny-cpu"), base_output_directory="/elsewhere/", run_name="another-name",
+                     slices=2, overrides={"checkpoint_period": 2}, compilation_cache_dir="/tmp/cache")
+    assert xla_check.request_for_job(same, slice_shape("v6e", "4x4"), 2).digest() == base
+    real = xla_check.versions()
+    monkeypatch.setattr(xla_check, "versions", lambda: {**real, "libtpu": "0.0.51"})
+    assert tiny_request().digest() != base
+    monkeypatch.undo()
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_enable_latency_hiding_scheduler=false")
+    assert tiny_request().digest() != base
+
+
+COMPILED = {"status": "compiled", "peak_bytes": 20 * 2**30, "argument_bytes": 6 * 2**30, "output_bytes": 6 * 2**30,
+            "alias_bytes": 6 * 2**30, "temp_bytes": 19 * 2**30, "generated_code_bytes": 2**26,
+            "hbm_limit_gib": 31.24, "compile_seconds": 1.0, "peak_rss_mib": 1}
+OOM = {"status": "oom", "needed_gib": 40.0, "available_gib": 31.24, "compile_seconds": 1.0, "peak_rss_mib": 1,
+       "message": "RESOURCE_EXHAUSTED: ... the total memory required for HLO temporaries (40.00G) exceeds available HBM (31.24G)"}
+
+
+class FakeCompiler:
+    """Stands in for the child process: answers ``outcome`` and records each compile it was asked for."""
+
+    def __init__(self):
+        self.outcome = COMPILED
+        self.calls = []
+
+    def __call__(self, request, log, progress, every_s, timeout_s):
+        self.calls.append(request)
+        return {**self.outcome, "wall_seconds": 2.0}
+
+
+@pytest.fixture
+def compiler(monkeypatch, tmp_path):
+    monkeypatch.setenv(xla_check.CACHE_DIR_ENV, str(tmp_path))
+    fake = FakeCompiler()
+    monkeypatch.setattr(xla_check, "_run_child", fake)
+    return fake
+
+
+def test_a_changed_run_compiles_again_and_an_unchanged_one_does_not(compiler):
+    assert xla_check.compile_check(tiny_request(), progress=lambda _: None).cached is False
+    assert xla_check.compile_check(tiny_request(), progress=lambda _: None).cached is True
+    assert xla_check.compile_check(tiny_request(steps=12), progress=lambda _: None).cached is False
+    assert len(compiler.calls) == 2
+
+
+def test_the_estimate_stands_beside_xla_in_the_json(compiler, capsys):
+    assert preview.main(["--section", "training", "--compile", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["xla"]["peak_hbm_gib"] == 20.0 and out["xla"]["fits"] is True
+    assert out["xla"]["estimate_total_gib"] == out["estimate"]["total_gib"]
+    assert out["xla"]["estimate_over_xla"] == out["estimate"]["total_gib"] / 20.0
+
+
+def test_text_output_shows_xla_figures_under_the_estimate(compiler, capsys):
+    assert preview.main(["--section", "training", "--compile"]) == 0
+    text = capsys.readouterr().out
+    assert "HBM per chip (XLA, compiled for 2 x v6e-16" in text
+    assert "  peak                                               20.00 GiB" in text
+    assert "verdict (XLA): fits (margin +11.24 GiB)" in text
+
+
+def test_flags_that_do_not_go_together(capsys):
+    assert preview.main(["--json"]) == 2
+    assert "--json prints the training section: add --section training" in capsys.readouterr().err
+    assert preview.main(["--section", "manifests", "--compile"]) == 2
+    assert "--compile checks the planned run" in capsys.readouterr().err
+
+
+def test_no_compiler_is_exit_3_naming_what_to_install(monkeypatch, capsys):
+    def missing():
+        raise xla_check.CompileCheckError("libtpu is not installed in /x/python: ... bin/setup installs both")
+
+    monkeypatch.setattr(xla_check, "versions", missing)
+    assert preview.main(["--section", "training", "--compile"]) == 3
+    assert "the compile check could not run: libtpu is not installed" in capsys.readouterr().err
+
+
+def test_preview_fails_a_declared_run_xla_refuses(compiler, dev_config):
+    compiler.outcome = OOM
+    run = OfflineRun()
+    with pytest.raises(ConfigError) as error:
+        run_offline(with_keys(dev_config, compileCheck="true"), run=run)
+    assert (error.value.key, error.value.value, run.resources) == ("gke-ray-tpu:runs[0]", "baseline-8b", [])
+    assert "a run XLA compiles within the chips' HBM: does NOT fit: XLA needs 40.00 GiB of the 31.24 GiB" in error.value.expected
+
+
+def test_preview_shows_xla_figures_for_a_declared_run_it_fits(compiler, dev_config):
+    run = run_offline(with_keys(dev_config, compileCheck="true"))
+    [declared] = [m for level, m in run.logs if level == "info" and m.startswith("Declared run baseline-8b")]
+    assert "verdict: fits" in declared and "verdict (XLA): fits (margin +11.24 GiB)" in declared
+    assert "the estimate said 23.22 GiB: 1.16 x XLA's figure" in declared
+    assert compiler.calls[0].compile_topology == "v6e-16" and compiler.calls[0].num_slices == 2
+    assert "run_name=baseline-8b" in compiler.calls[0].maxtext_argv  # the declared run's own job
+
+
+def test_without_compile_check_preview_compiles_nothing(compiler, dev_config):
+    run_offline(dev_config)
+    assert compiler.calls == []
+
+
+def test_a_compile_check_that_cannot_run_fails_preview_under_its_key(monkeypatch, tmp_path, dev_config):
+    def broken(request, log, progress, every_s, timeout_s):
+        raise xla_check.CompileCheckError("the compile of x exited with status -9 and no verdict (log: l)")
+
+    monkeypatch.setattr(xla_check, "_run_child", broken)
+    monkeypatch.setenv(xla_check.CACHE_DIR_ENV, str(tmp_path))
+    with pytest.raises(ConfigError) as error:
+        run_offline(with_keys(dev_config, compileCheck="true"))
+    assert error.value.key == "gke-ray-tpu:compileCheck"
+    assert "exited with status -9" in error.value.expected
+
+
+@pytest.mark.parametrize(
+    "message, found",
+    [
+        ("RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: Ran out of memory on HBM, the total memory required for "
+         "HLO temporaries (87.44G) exceeds available HBM (31.24G). HLO module: jit_train_step.", (87.44, 31.24)),
+        ("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 33.50G of 31.24G hbm.", (33.5, 31.24)),
+        ("RESOURCE_EXHAUSTED: ... required for HLO temporaries (512.00M) exceeds available HBM (15.75G)", (0.5, 15.75)),
+        ("INTERNAL: RET_CHECK failure", None),
+    ],
+)
+def test_xlas_out_of_memory_messages_are_read_in_gib(message, found):
+    assert xla_compile.parse_oom(message) == found
+
+
+@pytest.mark.parametrize("name", sorted(GENERATIONS))
+def test_every_catalogue_slice_has_maxtexts_compile_topology_name(name):
+    from maxtext.utils.accelerator_to_spec_map import UserFacingNameToSystemCharacteristics as maxtext_names
+
+    for topology in GENERATIONS[name].topologies:
+        assert slice_shape(name, topology).maxtext_accelerator in maxtext_names, (name, topology)
+
+
+def test_the_cache_lives_outside_the_repository_unless_told(monkeypatch, tmp_path):
+    monkeypatch.delenv(xla_check.CACHE_DIR_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert xla_check.cache_dir() == tmp_path / "gke-ray-tpu" / "compile-check"
+    monkeypatch.setenv(xla_check.CACHE_DIR_ENV, str(tmp_path / "mine"))
+    assert xla_check.cache_dir() == tmp_path / "mine"
