@@ -39,7 +39,7 @@ from components._options import child_options, custom_resource
 from components._refs import resolve_ref
 from components.ray_tpu_cluster import RayTpuCluster, RayTpuClusterRef
 from core import code_archive
-from core.capacity import CAPACITY_MODES
+from core.capacity import check_mode
 from core.errors import ConfigError
 from core.job_spec import (
     COMPILATION_CACHE_DIR, DATA_MOUNT, JobSpec, bucket_url, build_job, declared_submission_id, entrypoint,
@@ -82,8 +82,7 @@ def build_run_job(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> JobS
     if isinstance(cluster["ray_cluster_name"], str):
         RAY_CLUSTER_NAME.check(cluster["ray_cluster_name"], f"{prefix}ray_cluster.ray_cluster_name")
     DNS_LABEL.check(cluster["namespace"], f"{prefix}ray_cluster.namespace")
-    if cluster["capacity"] not in CAPACITY_MODES:
-        raise ConfigError(f"{prefix}ray_cluster.capacity", cluster["capacity"], f"one of {', '.join(CAPACITY_MODES)}")
+    check_mode(cluster["capacity"], f"{prefix}ray_cluster.capacity")
     preset = get_preset(args.get("preset", DEFAULT_PRESET), key=f"{prefix}preset")
     bucket = cluster["bucket_name"]
     if not isinstance(bucket, str):

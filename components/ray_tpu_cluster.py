@@ -21,7 +21,7 @@ from components.ray_manifests import (
     ray_cluster,
     resource_claim_template,
 )
-from core.capacity import CAPACITY_MODES, DEFAULT_CAPACITY, check_autopilot_capacity, default_scale_to_zero
+from core.capacity import DEFAULT_CAPACITY, check_autopilot_capacity, check_mode, scale_to_zero_for
 from core.errors import ConfigError
 from core.naming import DNS_LABEL, DNS_SUBDOMAIN, RAY_CLUSTER_NAME, RAY_TPU_CLUSTER_NAME
 from core.tpu_catalogue import DEFAULT_GENERATION, DEFAULT_TOPOLOGY, slice_shape
@@ -129,9 +129,7 @@ def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") 
     namespace = DNS_LABEL.check(identity["namespace"], f"{prefix}workload_identity.namespace")
     if isinstance(identity["ksa_name"], str):
         DNS_SUBDOMAIN.check(identity["ksa_name"], f"{prefix}workload_identity.ksa_name")
-    capacity = args.get("capacity", DEFAULT_CAPACITY)
-    if capacity not in CAPACITY_MODES:
-        raise ConfigError(f"{prefix}capacity", capacity, f"one of {', '.join(CAPACITY_MODES)}")
+    capacity = check_mode(args.get("capacity", DEFAULT_CAPACITY), f"{prefix}capacity")
     if "compute_class" in args:
         DNS_LABEL.check(args["compute_class"], f"{prefix}compute_class")
         check_autopilot_capacity(capacity, f"{prefix}capacity")
@@ -148,7 +146,7 @@ def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") 
         megascale_port=check_megascale_port(args.get("megascale_port", DEFAULT_MEGASCALE_PORT), f"{prefix}megascale_port"),
         compute_class=args.get("compute_class"),
         capacity=capacity,
-        scale_to_zero=bool(args.get("scale_to_zero", default_scale_to_zero(capacity))),
+        scale_to_zero=scale_to_zero_for(capacity, args.get("scale_to_zero")),
         idle_timeout_s=integer(args.get("idle_timeout_s", DEFAULT_IDLE_TIMEOUT_S), 1, 86400, f"{prefix}idle_timeout_s"),
     )
 

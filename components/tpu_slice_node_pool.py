@@ -8,7 +8,7 @@ import pulumi_gcp as gcp
 from components._options import child_options
 from components.dcn_networks import AdditionalNetwork
 from components.gke_cluster import CLOUD_PLATFORM_SCOPE
-from core.capacity import DEFAULT_CAPACITY, check_capacity, default_scale_to_zero
+from core.capacity import DEFAULT_CAPACITY, check_capacity, scale_to_zero_for
 from core.errors import ConfigError
 from core.naming import COMPUTE_NAME, GKE_NAME
 from core.tpu_catalogue import DEFAULT_GENERATION, DEFAULT_TOPOLOGY, SliceShape, slice_shape
@@ -61,7 +61,7 @@ def check_network_count(shape: SliceShape, count: int, value: object, key: str) 
 
 
 def scale_to_zero_of(args: TpuSliceNodePoolArgs) -> bool:
-    return bool(args.get("scale_to_zero", default_scale_to_zero(args.get("capacity", DEFAULT_CAPACITY))))
+    return scale_to_zero_for(args.get("capacity", DEFAULT_CAPACITY), args.get("scale_to_zero"))
 
 
 def check_args(args: TpuSliceNodePoolArgs, prefix: str = "TpuSliceNodePoolArgs.") -> SliceShape:

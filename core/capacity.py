@@ -39,14 +39,21 @@ Keys = Callable[[str], str]
 to the key the user sets, so one rule serves the component and the stack's config."""
 
 
-def default_scale_to_zero(mode: str) -> bool:
-    """Flex-start pools exist only from 0; the other modes keep their slices unless asked.
+def scale_to_zero_for(mode: str, asked: Optional[bool]) -> bool:
+    """Whether the slices scale to zero: as ``asked``, else by default for ``mode``.
 
-    A held on-demand slice is capacity that may not come back once released, and
-    a reservation is paid for either way, so holding is their default; scaling
-    to zero trades that for a cold start of minutes at the next run.
+    Flex-start pools exist only from 0; the other modes keep their slices unless
+    asked. A held on-demand slice is capacity that may not come back once
+    released, and a reservation is paid for either way, so holding is their
+    default; scaling to zero trades that for a cold start of minutes at the next run.
     """
-    return mode == "flex-start"
+    return bool(asked) if asked is not None else mode == "flex-start"
+
+
+def check_mode(mode: object, key: str) -> str:
+    if mode not in CAPACITY_MODES:
+        raise ConfigError(key, mode, f"one of {', '.join(CAPACITY_MODES)}")
+    return mode  # type: ignore[return-value]
 
 
 def check_reservation(reservation: object, key: str) -> None:
@@ -71,8 +78,7 @@ def check_capacity(
     key: Keys,
 ) -> None:
     """Every combination GKE refuses, as one ConfigError naming the key to change."""
-    if mode not in CAPACITY_MODES:
-        raise ConfigError(key("capacity"), mode, f"one of {', '.join(CAPACITY_MODES)}")
+    check_mode(mode, key("capacity"))
     if mode == "reservation":
         if not reservation:
             raise ConfigError(key("reservation"), reservation, "a reservation's name: capacity reservation consumes it")

@@ -455,7 +455,7 @@ class StackConfig(BaseModel):
 
     @property
     def scale_to_zero_or_default(self) -> bool:
-        return self.scale_to_zero if self.scale_to_zero is not None else capacity_rules.default_scale_to_zero(self.capacity)
+        return capacity_rules.scale_to_zero_for(self.capacity, self.scale_to_zero)
 
     def ray_cluster_args(self, workload_identity: GcsWorkloadIdentityRef) -> RayTpuClusterArgs:
         """The stack's RayTpuCluster, on ``workload_identity`` (the GcsWorkloadIdentity, or its fields)."""
