@@ -140,6 +140,14 @@ class Installed:
     """The ``model_name`` values ``MaxTextConfig`` accepts (its ``ModelName``)."""
 
 
+def configs_dir() -> Optional[Path]:
+    """The installed MaxText's ``configs`` directory (``base.yml``, ``models/``), found without importing it."""
+    spec = importlib.util.find_spec("maxtext")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]) / "configs"
+
+
 @functools.cache
 def installed() -> Optional[Installed]:
     """The installed MaxText's vocabulary; None where MaxText is not installed, or not laid out as 0.2.5 is.
@@ -149,11 +157,8 @@ def installed() -> Optional[Installed]:
     MaxText checks on the workers. Nothing of MaxText is imported: its
     ``types.py`` imports JAX (seconds), so its names are read from the source.
     """
-    spec = importlib.util.find_spec("maxtext")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    configs = Path(list(spec.submodule_search_locations)[0]) / "configs"
-    if not ((configs / "base.yml").is_file() and (configs / "types.py").is_file()):
+    configs = configs_dir()
+    if configs is None or not ((configs / "base.yml").is_file() and (configs / "types.py").is_file()):
         return None
     module = ast.parse((configs / "types.py").read_text())
     fields, models = _fields(module, "MaxTextConfig"), _literal(module, "ModelName")

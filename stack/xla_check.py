@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import importlib.util
 import json
 import os
 import signal
@@ -34,11 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from core import REPO_ROOT
 from core.job_spec import JobSpec
-from core.maxtext import render
+from core.maxtext import configs_dir, render
 from core.tpu_catalogue import SliceShape
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 CHILD = REPO_ROOT / "stack" / "xla_compile.py"
 GIB = 2**30
 
@@ -121,9 +120,7 @@ class CompileRequest:
         config = self.maxtext_argv[0]
         base = REPO_ROOT / config
         if not base.is_file():
-            spec = importlib.util.find_spec("maxtext")
-            package = Path(next(iter(spec.submodule_search_locations))) if spec else REPO_ROOT
-            base = package / "configs" / config.removeprefix("src/maxtext/configs/")
+            base = (configs_dir() or REPO_ROOT / "configs") / config.removeprefix("src/maxtext/configs/")
         settings = dict(item.split("=", 1) for item in self.maxtext_argv[1:])
         files = [base, base.parent / "models" / f"{settings.get('model_name', 'default')}.yml"]
         return {str(path): hashlib.sha256(path.read_bytes()).hexdigest() for path in files if path.is_file()}
