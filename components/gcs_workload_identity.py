@@ -159,24 +159,16 @@ class GcsWorkloadIdentity(pulumi.ComponentResource):
         self.member = pulumi.Output.from_input(args["project_number"]).apply(
             lambda number: workload_identity_member(args["project"], number, namespace, ksa_name)
         )
-        self.binding = gcp.storage.BucketIAMMember(
-            f"{name}-object-user",
-            bucket=self.bucket.name,
-            role=BUCKET_ROLE,
-            member=self.member,
-            opts=child_options(self, opts),
-        )
-        self.reader_binding = gcp.storage.BucketIAMMember(
-            f"{name}-bucket-reader",
-            bucket=self.bucket.name,
-            role=BUCKET_READER_ROLE,
-            member=self.member,
-            opts=child_options(self, opts),
-        )
+        self.bindings = [
+            gcp.storage.BucketIAMMember(
+                f"{name}-{suffix}", bucket=self.bucket.name, role=role, member=self.member, opts=child_options(self, opts)
+            )
+            for suffix, role in (("object-user", BUCKET_ROLE), ("bucket-reader", BUCKET_READER_ROLE))
+        ]
         self.bucket_name = self.bucket.name
         # Tied to the bindings too: a pod running as the account before they exist cannot read the bucket.
         self.ksa_name = pulumi.Output.all(
-            self.service_account.metadata.name, self.binding.member, self.reader_binding.member
+            self.service_account.metadata.name, *(binding.member for binding in self.bindings)
         ).apply(lambda v: v[0])
         # The name as given, not the bucket's output: a run's command names the bucket when the program runs.
         # Pods still wait for the bucket, through ksa_name.

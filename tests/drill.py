@@ -33,10 +33,9 @@ from pathlib import Path
 
 from core.job_spec import bucket_url, submission_id_for
 from training.driver.local_ray import LocalRayNode
-from training.driver.progress import Progress
+from training.driver.progress import WORKER_PID, Progress
 from training.driver.timeline import ABSL_TIME
 from tests.conftest import REPO_ROOT
-_WORKER_PID = re.compile(r"\(RayTrainWorker pid=(\d+)")
 _XLA_COMPILE = re.compile(r"Finished XLA compilation of \S+ in ([0-9.]+) sec")
 _CHECKPOINT_LOOKED_UP = ("restoring from this run's directory step", "No existing checkpoints found")
 PACED_MODEL = ("max_target_length=512", "per_device_batch_size=4", "base_emb_dim=256", "base_mlp_dim=1024")
@@ -92,7 +91,7 @@ class Drill:
         year = time.localtime(self.killed_at).tm_year
         out = []
         for line in self.log.splitlines():
-            pid, stamp = _WORKER_PID.search(line), ABSL_TIME.search(line)
+            pid, stamp = WORKER_PID.search(line), ABSL_TIME.search(line)
             if pid and stamp and int(pid.group(1)) in group.ranks:
                 when = datetime.strptime(f"{year}{stamp.group(1)}", "%Y%m%d %H:%M:%S.%f").timestamp()
                 out.append((when, line))

@@ -121,19 +121,15 @@ def chip_price(
 
 # -- what a stack costs besides its TPUs ---------------------------------------------------------
 
-CPU_SOURCE = (
-    "Compute Engine N1/N2 predefined rates in us-central1, us-east1 and us-east5: $0.031611 per vCPU-hour and "
-    "$0.004237 per GiB-hour (they reproduce the SkyPilot catalogue's n2-highmem-16 us-east5 row, $1.04811/h)"
-)
 CPU_USD_PER_VCPU_HOUR = 0.031611
 CPU_USD_PER_GIB_HOUR = 0.004237
+"""Compute Engine's N1/N2 predefined rates in us-central1, us-east1 and us-east5, per vCPU-hour and per
+GiB-hour: they reproduce the SkyPilot catalogue's n2-highmem-16 us-east5 row ($1.04811/h)."""
 _GIB_PER_VCPU = {"n1-standard": 3.75, "n1-highmem": 6.5, "n2-standard": 4.0, "n2-highmem": 8.0}
 
 GKE_CLUSTER_FEE_USD_PER_HOUR = 0.10
-GKE_FEE_SOURCE = (
-    "GKE pricing: $0.10 per cluster-hour for Standard and Autopilot clusters; the free tier's $74.40 monthly "
-    "credit per billing account covers one zonal or Autopilot cluster"
-)
+"""GKE pricing: $0.10 per cluster-hour for Standard and Autopilot clusters; the free tier's $74.40 monthly
+credit per billing account covers one zonal or Autopilot cluster."""
 HOURS_PER_MONTH = 730
 
 

@@ -27,7 +27,8 @@ _STEP = re.compile(r"completed step: (\d+)((?:, [^,:]+: [^,\s]+)*)")
 _FIELD = re.compile(r", ([^,:]+): ([^,\s]+)")
 _GROUP = re.compile(r"Started training worker group of size (\d+)")
 _MEMBER = re.compile(r"- \(ip=[^,)]+, pid=(\d+)\) world_rank=(\d+)")
-_WORKER_PID = re.compile(r"\(RayTrainWorker pid=(\d+)")
+WORKER_PID = re.compile(r"\(RayTrainWorker pid=(\d+)")
+"""A Ray Train worker's line, and its pid: a worker is told apart by it."""
 _RESTORE = re.compile(r"restoring from this run's directory step (\d+)")
 _RESERVE = re.compile(r"Using SlicePlacementGroup utility to reserve (\d+) slice\(s\) with topology '([^']+)'")
 _START_TIMEOUT = re.compile(r"worker group startup timed out after ([\d.]+) seconds waiting for (\d+) workers")
@@ -225,7 +226,7 @@ class Progress:
 
     def _group_of(self, line: str) -> WorkerGroup:
         """The worker group whose worker printed ``line`` (the latest one if unknown)."""
-        m = _WORKER_PID.search(line)
+        m = WORKER_PID.search(line)
         if m:
             pid = int(m.group(1))
             for group in reversed(self.groups):

@@ -29,12 +29,11 @@ import time
 from datetime import datetime, timezone
 from typing import Mapping, Optional
 
-from training.driver.progress import Progress, parse_line
+from training.driver.progress import WORKER_PID, Progress, parse_line
 from training.goodput import GroupTimes, RunTimes
 
 ABSL_TIME = re.compile(r"\)\S*\s+[IWEF](\d{4} \d{2}:\d{2}:\d{2}\.\d{6}) ")
 """An absl line of a Ray worker: ``(RayTrainWorker pid=1) I1203 18:05:57.558379 ...`` -> ``1203 18:05:57.558379``."""
-_WORKER_PID = re.compile(r"\(RayTrainWorker pid=(\d+)")
 _DISPATCHED = re.compile(r"Waiting for step (\d+) to finish before checkpoint")
 _LOOKUP = "checkpoint manager exists so trying to load this run's existing checkpoint"
 _NOTHING_TO_RESTORE = "No existing checkpoints found"
@@ -71,7 +70,7 @@ def zone_offset(log: str, rank0: set[int], wall_times: Mapping[int, float], subm
     """Seconds the workers' clock is ahead of UTC (see the module's docstring)."""
     year = time.gmtime(submitted).tm_year
     for line in reversed(log.splitlines()):
-        pid, stamp, step = _WORKER_PID.search(line), ABSL_TIME.search(line), parse_line(line)
+        pid, stamp, step = WORKER_PID.search(line), ABSL_TIME.search(line), parse_line(line)
         if pid and stamp and step and int(pid.group(1)) in rank0 and step.step in wall_times:
             skew = absl_seconds(stamp.group(1), year) - wall_times[step.step]
             return round(skew / _QUARTER_HOUR) * _QUARTER_HOUR
@@ -143,7 +142,7 @@ def read_times(log: str, submitted: float, ended: float, wall_times: Mapping[int
     clock = _Clock(submitted, zone_offset(log, rank0, wall_times or {}, submitted))
     groups = [_Group(group.restored_step) for group in started]
     for line in log.splitlines():
-        pid, stamp = _WORKER_PID.search(line), ABSL_TIME.search(line)
+        pid, stamp = WORKER_PID.search(line), ABSL_TIME.search(line)
         if not (pid and stamp) or int(pid.group(1)) not in owner:
             continue
         group, when = groups[owner[int(pid.group(1))]], clock(stamp.group(1))
