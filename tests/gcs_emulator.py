@@ -38,7 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Optional
 
-from training.driver.local_ray import free_ports
+from training.driver.local_ray import Started, free_ports
 
 CLOSED_PORT = "127.0.0.1:9"
 """Where Google's metadata server is looked for: a closed loopback port (discard), so a client that tries
@@ -46,7 +46,7 @@ it fails at once, here."""
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
 
 
-class GcsEmulator:
+class GcsEmulator(Started):
     """``with GcsEmulator("bucket") as gcs:`` then ``gcs.env`` for every process that reads or writes ``gs://``."""
 
     def __init__(self, bucket: str, log_path: Path, hold_commit_of: Optional[int] = None):
@@ -77,17 +77,6 @@ class GcsEmulator:
             # No gcloud credentials of this machine's user: the clients stay anonymous.
             "CLOUDSDK_CONFIG": self._config_dir.name if self._config_dir else "",
         }
-
-    def __enter__(self) -> "GcsEmulator":
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def _start(self) -> None:
         # The wrapper's own FakeGCSServer sets this process's environment and never drains the
@@ -172,6 +161,9 @@ class GcsEmulator:
         if self._config_dir is not None:
             self._config_dir.cleanup()
             self._config_dir = None
+
+    def _close(self) -> None:
+        self.stop()
 
     def _handler(self):
         emulator = self

@@ -17,9 +17,8 @@ import sys
 
 import pytest
 
+from tests.conftest import REPO_ROOT
 from tests.gcs_emulator import GcsEmulator
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_orbax_commits_with_a_marker_on_gs_and_by_renaming_on_a_local_path():

@@ -47,7 +47,7 @@ def free_ports(count: int) -> list[int]:
         return [s.getsockname()[1] for s in socks]
 
 
-class _Started:
+class Started:
     """A context manager around ``_start``: ``_close`` runs on exit, and when the start fails half way."""
 
     def __enter__(self) -> Self:
@@ -62,7 +62,7 @@ class _Started:
         self._close()
 
 
-class LocalRayHead(_Started):
+class LocalRayHead(Started):
     """``with LocalRayHead(num_cpus=2, log_path=...) as head:`` then use ``head.address``."""
 
     def __init__(
@@ -188,7 +188,7 @@ _NODE_PORT_FLAGS = (
 )
 
 
-class LocalRayNode(_Started):
+class LocalRayNode(Started):
     """``with LocalRayNode(head, num_cpus=1, log_path=...) as node:`` a worker node of ``head``;
     ``node.kill()`` SIGKILLs all its processes at once, as when a VM is reclaimed."""
 
