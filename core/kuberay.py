@@ -8,6 +8,10 @@ and the API server silently prunes fields a CRD does not define, so on those
 versions the pods would start without their NICs. KubeRay 1.4 is also where
 RayCluster names are checked (DNS-1035, 53 characters). The CRD a cluster
 serves says which it is; :func:`supports_flat_resource_claims` reads it.
+
+A stack that scales its slices to zero runs each job as a RayJob that brings
+its own RayCluster (:func:`run_ray_job`): Ray's autoscaler cannot release a
+multi-host slice, so the cluster lives and dies with the run.
 """
 
 from __future__ import annotations
@@ -29,3 +33,103 @@ def supports_flat_resource_claims(crd: Mapping) -> bool:
             node = node.get("items", node)
         return "resourceClaimTemplateName" in (node.get("properties") or {})
     return False
+
+
+# --- Runs that bring their own RayCluster (stacks that scale their slices to zero) ---------------------------
+
+RUN_SUBMISSION_MODE = "HTTPMode"
+"""How KubeRay hands a run's job to its cluster: the operator posts it to the head's Jobs API.
+
+Not InteractiveMode (the user submits through the Jobs API, then sets ``spec.jobId``): KubeRay refuses
+``backoffLimit > 0`` with it (``ValidateRayJobSpec``, kuberay#3525), and a retry on a new cluster is the
+point of a per-run cluster on Spot or flex-start capacity. Not K8sJobMode: a submitter pod would pull the
+Ray TPU image only to run ``ray job submit``. The code reaches the cluster as the declared runs' archive
+in the bucket (core.code_archive), so HTTPMode needs no files of the submitter's."""
+
+RUN_TTL_SECONDS_AFTER_FINISHED = 60
+"""Seconds KubeRay keeps a finished run's cluster before deleting it: long enough for the submit command to
+read the job's last status and log lines through its port-forward, short enough that the slices' billing
+stops within a minute or two of the end (GKE then removes the idle TPU nodes)."""
+
+
+def run_ray_job(
+    name: str,
+    namespace: str,
+    ray_cluster_spec: Mapping,
+    *,
+    entrypoint: str,
+    runtime_env_yaml: str,
+    job_id: str,
+    backoff_limit: int = 0,
+    active_deadline_seconds: int | None = None,
+    pre_running_deadline_seconds: int | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> dict:
+    """A RayJob that creates its own RayCluster from ``ray_cluster_spec`` and deletes it when the job ends.
+
+    KubeRay deletes the cluster whatever the outcome (``shutdownAfterJobFinishes``), so its TPU pods go
+    and GKE's cluster autoscaler removes their nodes. No ``clusterSelector``, one TPU worker group and no
+    group named ``head``: what Kueue requires of a RayJob it manages, so a queue can be added later.
+    ``backoff_limit``: retries, each on a new cluster.
+    """
+    spec: dict = {
+        "entrypoint": entrypoint,
+        "runtimeEnvYAML": runtime_env_yaml,
+        "jobId": job_id,
+        "submissionMode": RUN_SUBMISSION_MODE,
+        "shutdownAfterJobFinishes": True,
+        "ttlSecondsAfterFinished": RUN_TTL_SECONDS_AFTER_FINISHED,
+        "backoffLimit": backoff_limit,
+        "rayClusterSpec": dict(ray_cluster_spec),
+    }
+    if active_deadline_seconds is not None:
+        spec["activeDeadlineSeconds"] = active_deadline_seconds
+    if pre_running_deadline_seconds is not None:
+        spec["preRunningDeadlineSeconds"] = pre_running_deadline_seconds
+    metadata: dict = {"name": name, "namespace": namespace}
+    if labels:
+        metadata["labels"] = dict(labels)
+    manifest = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": metadata, "spec": spec}
+    problems = ray_job_problems(manifest)
+    if problems:
+        raise ValueError(f"RayJob {namespace}/{name}: " + "; ".join(problems))
+    return manifest
+
+
+KUEUE_MAX_WORKER_GROUPS = 17
+
+
+def ray_job_problems(manifest: Mapping) -> list[str]:
+    """What KubeRay's own RayJob validation (``ValidateRayJobSpec``) would refuse, plus Kueue's rules for a
+    RayJob it manages where the job brings its own cluster. Empty: accepted."""
+    spec = manifest.get("spec") or {}
+    problems = []
+    selector = spec.get("clusterSelector") or {}
+    backoff = spec.get("backoffLimit")
+    if not selector and not spec.get("rayClusterSpec"):
+        problems.append("one of rayClusterSpec or clusterSelector must be set")
+    if selector and backoff:
+        problems.append("backoffLimit > 0 is incompatible with clusterSelector")
+    if spec.get("submissionMode") == "InteractiveMode" and backoff:
+        problems.append("backoffLimit > 0 is incompatible with InteractiveMode")
+    if backoff is not None and backoff < 0:
+        problems.append("backoffLimit must not be negative")
+    if spec.get("ttlSecondsAfterFinished") and not spec.get("shutdownAfterJobFinishes"):
+        problems.append("ttlSecondsAfterFinished needs shutdownAfterJobFinishes")
+    if spec.get("suspend") and not spec.get("shutdownAfterJobFinishes"):
+        problems.append("suspend needs shutdownAfterJobFinishes")
+    for key in ("activeDeadlineSeconds", "preRunningDeadlineSeconds"):
+        if key in spec and spec[key] <= 0:
+            problems.append(f"{key} must be positive")
+    cluster = spec.get("rayClusterSpec")
+    if cluster:
+        if ((cluster.get("authOptions") or {}).get("enableK8sTokenAuth")):
+            problems.append("Kubernetes token auth is not supported for a RayJob")
+        groups = cluster.get("workerGroupSpecs") or []
+        if len(groups) > KUEUE_MAX_WORKER_GROUPS:
+            problems.append(f"Kueue manages at most {KUEUE_MAX_WORKER_GROUPS} worker groups")
+        if any(group.get("groupName") == "head" for group in groups):
+            problems.append("Kueue refuses a worker group named 'head'")
+        if cluster.get("enableInTreeAutoscaling"):
+            problems.append("a per-run cluster has no Ray autoscaler (it cannot release multi-host slices)")
+    return problems
