@@ -25,7 +25,7 @@ from __future__ import annotations
 import pytest
 
 from core.errors import ConfigError
-from core.estimates import ESTIMATE_OVER_XLA, MODELLED_REMAT_POLICIES, estimate_hbm, estimate_hbm_from_config
+from core.estimates import ESTIMATE_OVER_XLA, MODELLED_REMAT_POLICIES, NoEstimate, estimate_hbm, estimate_hbm_from_config
 from core.estimates.memory import HbmBreakdown
 from core.tpu_catalogue import slice_shape
 
@@ -202,9 +202,17 @@ def test_from_config_rejects_what_it_does_not_model():
             {"model_name": "llama3-70b", "optimizer_memory_host_offload": True}, V6E_4X4, 2
         )
     assert e.value.key == "optimizer_memory_host_offload"
-    with pytest.raises(ConfigError) as e:
-        estimate_hbm_from_config({"per_device_batch_size": 1}, V6E_4X4, 2)
-    assert e.value.key == "model_name"
+    with pytest.raises(NoEstimate) as e:
+        estimate_hbm_from_config({"model_name": "mixtral-8x7b", **MESH_8B}, V6E_4X4, 2)
+    assert e.value.key == "model_name" and "num_experts=8" in str(e.value)
+
+
+def test_from_config_without_model_name_is_maxtexts_default_model():
+    """MaxText trains base.yml's shape when no model_name is given; so does the estimate."""
+    unnamed = estimate_hbm_from_config({"per_device_batch_size": 1, **MESH_8B}, V6E_4X4, 2)
+    named = estimate_hbm("default", V6E_4X4, 2, MESH_8B, 1, 2048)
+    assert unnamed.model == "default" and unnamed.max_target_length == 2048
+    _close(unnamed.total_gib, named.total_gib)
 
 
 # Bad input -> ConfigError naming the key.
@@ -213,8 +221,8 @@ def test_from_config_rejects_what_it_does_not_model():
 def test_unknown_model():
     with pytest.raises(ConfigError) as e:
         estimate_hbm("llama4-9000b", V6E_4X4, 2, MESH_8B, 4, 4096)
-    assert e.value.key == "model_name"
-    assert "llama3-70b" in str(e.value) and "llama3-8b" in str(e.value)
+    assert (e.value.key, e.value.value) == ("model_name", "llama4-9000b")
+    assert "a MaxText model_name" in e.value.expected
 
 
 def test_unknown_generation():

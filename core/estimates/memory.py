@@ -71,8 +71,8 @@ from typing import Mapping
 from core.errors import ConfigError
 from core.estimates.flops import check_batch_and_length
 from core.estimates.mesh import Mesh, resolve_mesh
-from core.estimates.models import MODELS, ModelShape, get_model
-from core.maxtext import BASE_DEFAULTS
+from core.estimates.models import ModelShape, get_model, model_shape
+from core.maxtext import BASE_DEFAULTS, resolved_config
 from core.tpu_catalogue import SliceShape
 
 GIB = 2**30
@@ -398,15 +398,18 @@ _MUST_STAY_DEFAULT: dict[str, object] = {
 def estimate_hbm_from_config(
     config: Mapping[str, object], shape: SliceShape, num_slices: int
 ) -> HbmBreakdown:
-    """Estimate from a MaxText-style key/value mapping (a training preset's argv keys)."""
-    if "model_name" not in config:
-        raise ConfigError("model_name", None, f"one of {', '.join(sorted(MODELS))}")
+    """Estimate from a MaxText-style key/value mapping (a training preset's argv keys).
+
+    Unset keys take the value MaxText would: the model's overlay, then ``base.yml``.
+    """
+    model = model_shape(config)
+    resolved = resolved_config(config) or {}
+    values = {key: resolved.get(key, BASE_DEFAULTS.get(key)) for key in (*_READ_KEYS, *_MUST_STAY_DEFAULT)}
     for key, default in _MUST_STAY_DEFAULT.items():
-        if key in config and config[key] != default:
-            raise ConfigError(key, config[key], f"{default!r}: the HBM estimate does not model it")
-    values = {key: config.get(key, BASE_DEFAULTS[key]) for key in _READ_KEYS}
+        if values[key] is not None and values[key] != default:
+            raise ConfigError(key, values[key], f"{default!r}: the HBM estimate does not model it")
     return estimate_hbm(
-        config["model_name"],  # type: ignore[arg-type]
+        model,
         shape,
         num_slices,
         config,
@@ -419,4 +422,3 @@ def estimate_hbm_from_config(
         mu_dtype=values["mu_dtype"],  # type: ignore[arg-type]
         opt_type=values["opt_type"],  # type: ignore[arg-type]
     )
-
