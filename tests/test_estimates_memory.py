@@ -70,6 +70,26 @@ def test_8b_tutorial_baseline_fits():
     assert b.mesh == "data=2x1 fsdp=4 tensor=4"
 
 
+def test_mistral_7b_from_its_maxtext_config():
+    """Mistral 7B (MaxText's models/mistral-7b.yml) in the 8B tutorial's run: the 8B's layers, a 32,000 vocab.
+
+    params = 7,241,732,096 -> / 16 = 452,608,256 per chip x 16 B (fp32 weights, grads, mu, nu) = 6.74439 GiB
+    saved layer inputs = 32 x 65,536 x 4096/4 x 2 B = 4.00000 GiB
+    one layer's backward: 24,320 features per token (every tensor of remat "none" over tensor 4:
+      6 x 1024 d-wide + 3 x 1024 q-wide + 3 x 256 kv-wide + 4 x 3584 MLP) x 65,536 x 2 B x 2 = 5.93750 GiB
+      + 3 x 218,112,000 / 4 x 2 B = 0.30470 GiB -> 6.24220 GiB > logits (65,536 x 8,000 x 6 B = 2.93 GiB)
+    total = 16.98659 GiB
+    """
+    b = estimate_hbm_from_config(
+        {"model_name": "mistral-7b", "per_device_batch_size": 4, "max_target_length": 4096, **MESH_8B}, V6E_4X4, 2
+    )
+    _close(b.params_gib + b.gradients_gib + b.optimizer_gib, 6.74439)
+    _close(b.activations_gib, 4.0)
+    assert b.transient_kind == "one decoder layer"
+    _close(b.transient_gib, 6.24220)
+    _close(b.total_gib, 16.98659)
+
+
 def test_70b_tutorial_command_does_not_fit_with_maxtext_default_dtypes():
     """Llama 3 70B as the tutorial submits it (float32 weights by MaxText default).
 
