@@ -301,18 +301,21 @@ class HbmBreakdown:
         width = max(len(label) for label, _ in self.rows()) + 2
         lines = [title]
         for label, gib in self.rows():
-            lines.append(f"  {label:<{width}}{gib:>8.2f} GiB")
-        lines.append(f"  {'total':<{width}}{self.total_gib:>8.2f} GiB")
+            lines.append(f"  {label:<{width}}{size_text(gib)}")
+        lines.append(f"  {'total':<{width}}{size_text(self.total_gib)}")
         lines.append(
             f"  {'usable HBM':<{width}}{self.usable_gib:>8.2f} GiB"
             f"  (XLA's limit of a {self.hbm_gib:g} GiB chip)"
         )
         low, high = self.xla_range_gib
-        lines.append(
-            f"  verdict: {self.verdict} (margin {self.margin_gib:+.2f} GiB; "
-            f"XLA's peak likely {low:.2f}-{high:.2f} GiB)"
-        )
+        likely = f"{low:.2f}-{high:.2f} GiB" if high >= 0.01 else f"{low * 1024:.2f}-{high * 1024:.2f} MiB"
+        lines.append(f"  verdict: {self.verdict} (margin {self.margin_gib:+.2f} GiB; XLA's peak likely {likely})")
         return "\n".join(lines)
+
+
+def size_text(gib: float) -> str:
+    """GiB to two places, or MiB below 0.01 GiB: a small model's figures would all read 0.00 GiB."""
+    return f"{gib:>8.2f} GiB" if gib >= 0.01 else f"{gib * 1024:>8.2f} MiB"
 
 
 def estimate_hbm(
