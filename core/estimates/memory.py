@@ -72,7 +72,7 @@ from core.errors import ConfigError
 from core.estimates.flops import check_batch_and_length
 from core.estimates.mesh import Mesh, resolve_mesh
 from core.estimates.models import ModelShape, get_model, model_shape
-from core.maxtext import BASE_DEFAULTS, resolved_config
+from core.maxtext import resolved_config
 from core.tpu_catalogue import SliceShape
 
 GIB = 2**30
@@ -387,10 +387,6 @@ def estimate_hbm(
     )
 
 
-_READ_KEYS = ("per_device_batch_size", "max_target_length", "remat_policy", "weight_dtype", "dtype",
-              "grad_dtype", "mu_dtype", "opt_type")
-"""The MaxText keys the estimate reads; unset ones take MaxText's base.yml default."""
-
 _MUST_STAY_DEFAULT: dict[str, object] = {
     "optimizer_memory_host_offload": False,
     "parameter_memory_host_offload": False,
@@ -410,11 +406,10 @@ def estimate_hbm_from_config(
 
     Unset keys take the value MaxText would: the model's overlay, then ``base.yml``.
     """
-    model = model_shape(config)
-    resolved = resolved_config(config) or {}
-    values = {key: resolved.get(key, BASE_DEFAULTS.get(key)) for key in (*_READ_KEYS, *_MUST_STAY_DEFAULT)}
+    model = model_shape(config)  # NoEstimate without MaxText: the shape and the defaults come from its configs
+    values = resolved_config(config)
     for key, default in _MUST_STAY_DEFAULT.items():
-        if values[key] is not None and values[key] != default:
+        if values[key] != default:
             raise ConfigError(key, values[key], f"{default!r}: the HBM estimate does not model it")
     return estimate_hbm(
         model,
