@@ -76,7 +76,7 @@ WITHIN = 0.10
 """The goal for the held-out runs: the estimate within 10% of XLA's figure."""
 
 
-def measure(name: str) -> tuple[str, float, float, str, float, float]:
+def measure(name: str) -> tuple[str, float, float, str, float, float, str]:
     preset, generation, topology, overrides = {**CONFIGS, **HELD_OUT}[name]
     spec = build_job(
         get_preset(preset), base_output_directory=DATA_MOUNT + "/", run_name=name, slices=SLICES,
@@ -86,17 +86,19 @@ def measure(name: str) -> tuple[str, float, float, str, float, float]:
     result = compile_check(request_for_job(spec))
     kind = "peak" if result.fits else "needed" if result.fits is False else "error"
     # The compile's own wall time, kept in the cache with its verdict.
-    return name, estimate.total_gib, result.peak_hbm_gib or float("nan"), kind, result.hbm_limit_gib or float("nan"), result.wall_seconds
+    transient = f"{'logits' if estimate.transient_kind == 'output logits' else 'layer'} {estimate.transient_gib:.2f}"
+    return (name, estimate.total_gib, result.peak_hbm_gib or float("nan"), kind, result.hbm_limit_gib or float("nan"),
+            result.wall_seconds, transient)
 
 
-def report(group: str, rows: list[tuple[str, float, float, str, float, float]]) -> None:
+def report(group: str, rows: list[tuple[str, float, float, str, float, float, str]]) -> None:
     print(f"\n{group}:")
-    print(f"| {'configuration':<42} | estimate | XLA      | XLA is | limit | estimate / XLA | compile s |")
-    print(f"|{'-' * 44}|----------|----------|--------|-------|----------------|-----------|")
-    for name, estimate, xla, kind, limit, seconds in rows:
-        print(f"| {name:<42} | {estimate:8.2f} | {xla:8.2f} | {kind:<6} | {limit:5.2f} | {estimate / xla:14.3f} "
-              f"| {seconds:9.0f} |")
-    ratios = [estimate / xla for _, estimate, xla, kind, _, _ in rows if kind != "error"]
+    print(f"| {'configuration':<42} | estimate | its transient | XLA      | XLA is | limit | estimate / XLA | compile s |")
+    print(f"|{'-' * 44}|----------|---------------|----------|--------|-------|----------------|-----------|")
+    for name, estimate, xla, kind, limit, seconds, transient in rows:
+        print(f"| {name:<42} | {estimate:8.2f} | {transient:<13} | {xla:8.2f} | {kind:<6} | {limit:5.2f} "
+              f"| {estimate / xla:14.3f} | {seconds:9.0f} |")
+    ratios = [estimate / xla for _, estimate, xla, kind, *_ in rows if kind != "error"]
     if ratios:
         within = sum(abs(r - 1) <= WITHIN for r in ratios)
         print(f"estimate / XLA over the {len(ratios)} XLA answered: {min(ratios):.3f} to {max(ratios):.3f}; "
