@@ -3,13 +3,16 @@ parallelism resolution."""
 
 from __future__ import annotations
 
-import pytest
+import subprocess
+import sys
 
-from core.errors import ConfigError
+import pytest
 import yaml
 
+from core.errors import ConfigError
 from core.estimates import COMPILE_CHECK, NoEstimate, get_model, model_shape, modelled_models, resolve_mesh
 from core.maxtext import installed
+from tests.conftest import REPO_ROOT
 
 
 def test_llama3_8b_parameter_count():
@@ -166,3 +169,15 @@ def test_unknown_parallelism_key_and_bad_value():
     with pytest.raises(ConfigError) as e:
         resolve_mesh({}, 16, 0)
     assert e.value.key == "num_slices"
+
+
+def test_reading_shapes_from_maxtext_imports_neither_maxtext_nor_jax():
+    """The estimate runs inside pulumi preview: MaxText's configs are read as files, never imported."""
+    code = (
+        "import sys; from core.estimates import estimate_hbm_from_config, modelled_models;"
+        "from core.tpu_catalogue import slice_shape;"
+        "estimate_hbm_from_config({'model_name': 'mistral-7b'}, slice_shape('v6e', '4x4'), 2); modelled_models();"
+        "print(sorted(m for m in ('jax', 'maxtext') if m in sys.modules) or 'none')"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "none"
