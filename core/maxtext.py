@@ -220,7 +220,46 @@ def check_known(values: Mapping[str, object], key: Callable[[str], str] = lambda
         hint = _did_you_mean(str(model), maxtext.models, f" (one of {', '.join(sorted(maxtext.models))})")
         raise ConfigError(key("model_name"), model, f"a MaxText model_name{hint}")
     if values.get("override_model_config") is not True:
-        _check_overlay(values, maxtext.configs / "models" / f"{str(model).replace('-Instruct', '')}.yml", key)
+        _check_overlay(values, _overlay_path(maxtext.configs, str(model)), key)
+
+
+def _overlay_path(configs: Path, model: str) -> Path:
+    """The model's overlay, as pyconfig names it (an ``-Instruct`` variant shares its base model's)."""
+    return configs / "models" / f"{model.replace('-Instruct', '')}.yml"
+
+
+def resolved_config(values: Mapping[str, object]) -> Optional[dict]:
+    """The config a run trains with, in MaxText's merge order: ``base.yml``, then the overlay of its
+    ``model_name`` (``models/<model_name>.yml``), then the run's own keys. None without MaxText.
+
+    The run's keys win over the overlay's: :func:`check_known` has already refused a conflict
+    unless ``override_model_config`` is true, where MaxText lets the run's keys win too.
+    """
+    maxtext = installed()
+    if maxtext is None:
+        return None
+    merged = dict(_cached_yaml(maxtext.configs / "base.yml"))
+    overlay = model_overlay(str(values.get("model_name", merged.get("model_name"))))
+    if overlay is not None:
+        merged.update(_cached_yaml(overlay))
+    merged.update(values)
+    return merged
+
+
+def model_overlay(model: str) -> Optional[Path]:
+    """The installed MaxText's ``models/<model>.yml``; None without MaxText or without that file
+    (``default`` is base.yml's own shape; a few ``ModelName`` values have no file)."""
+    maxtext = installed()
+    if maxtext is None:
+        return None
+    path = _overlay_path(maxtext.configs, model)
+    return path if path.is_file() else None
+
+
+@functools.cache
+def _cached_yaml(path: Path) -> dict:
+    # base.yml is 1,500 lines; a preview or a property test resolves many configs.
+    return _load_yaml(path)
 
 
 def _check_overlay(values: Mapping[str, object], path: Path, key: Callable[[str], str]) -> None:

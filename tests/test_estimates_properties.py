@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.estimates import MODELS, MODELLED_REMAT_POLICIES, estimate_hbm
+from core.estimates import MODELLED_REMAT_POLICIES, estimate_hbm, modelled_models
 from core.tpu_catalogue import slice_shape
 
 V6E_4X4 = slice_shape("v6e", "4x4")
@@ -18,7 +18,7 @@ MESHES = st.sampled_from(
          "dcn_data_parallelism": 1},
     ]
 )
-MODEL = st.sampled_from(sorted(MODELS))
+MODEL = st.sampled_from(modelled_models())
 POLICY = st.sampled_from(sorted(MODELLED_REMAT_POLICIES))
 PDBS = st.integers(min_value=1, max_value=8)
 SEQ = st.sampled_from([512, 1024, 2048, 4096, 8192])

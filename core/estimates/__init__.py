@@ -9,7 +9,7 @@ No Pulumi and no JAX: these run anywhere, including inside ``pulumi preview``.
 >>> b.fits
 True
 
-Modules: ``models`` (shapes as data), ``mesh`` (MaxText parallelism keys),
+Modules: ``models`` (shapes from the installed MaxText's model configs), ``mesh`` (MaxText parallelism keys),
 ``memory`` (HBM breakdown), ``flops`` (FLOPs and estimated step time),
 ``prices`` (per chip-hour prices with source/date), ``cost``.
 """
@@ -30,12 +30,12 @@ from core.estimates.memory import (
     estimate_hbm_from_config,
 )
 from core.estimates.mesh import Mesh, resolve_mesh
-from core.estimates.models import MODELS, ModelShape, get_model
+from core.estimates.models import COMPILE_CHECK, NoEstimate, ModelShape, get_model, model_shape, modelled_models
 from core.estimates.prices import PRICES, ChipPrice, chip_price
 
 __all__ = [
     "DEFAULT_MFU",
-    "MODELS",
+    "COMPILE_CHECK",
     "PRICES",
     "ESTIMATE_OVER_XLA",
     "MODELLED_REMAT_POLICIES",
@@ -44,6 +44,7 @@ __all__ = [
     "HbmBreakdown",
     "Mesh",
     "ModelShape",
+    "NoEstimate",
     "StepFlops",
     "StepTimeEstimate",
     "chip_price",
@@ -53,6 +54,8 @@ __all__ = [
     "estimate_hbm_from_config",
     "estimate_step_time",
     "get_model",
+    "model_shape",
+    "modelled_models",
     "resolve_mesh",
     "training_tflops_per_device",
 ]
