@@ -82,7 +82,7 @@ def measure(name: str) -> tuple[str, float, float, str, float, float]:
     )
     estimate = estimate_hbm_from_config(spec.maxtext, spec.shape(), SLICES)
     started = time.monotonic()
-    result = compile_check(request_for_job(spec))
+    result = compile_check(request_for_job(spec, libtpu_flags=()))
     kind = "peak" if result.fits else "needed" if result.fits is False else "error"
     return name, estimate.total_gib, result.peak_hbm_gib or float("nan"), kind, result.hbm_limit_gib or float("nan"), time.monotonic() - started
 

@@ -1,0 +1,106 @@
+"""XLA's HBM figures for a run with and without the XLA flags the TPU pods get, side by side.
+
+The compile check (``stack.xla_check``) compiles a run under the dev stack's
+pods' ``LIBTPU_INIT_ARGS`` (``stack.xla_check.pod_flags``); this bench compiles
+the same jobs a second time with no flags at all, as the check did before, so
+the two peaks stand in one table. It also tries the tutorial's own flag list
+on the tiny model, for each TPU generation, and prints whether libtpu accepts it.
+Results land in the compile check's cache: a second run prints at once.
+
+    nice -n 10 .venv/bin/python bench/bench_compile_flags.py [--only 8b 70b-bf16 ...] [--skip-generations]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from components.ray_manifests import TUTORIAL_XLA_FLAGS  # noqa: E402
+from core.job_spec import DATA_MOUNT, build_job  # noqa: E402
+from core.presets import get_preset  # noqa: E402
+from core.tpu_catalogue import slice_shape  # noqa: E402
+from stack.config import parse_stack_config  # noqa: E402
+from stack.mock_engine import load_stack_file  # noqa: E402
+from stack.xla_check import XlaResult, compile_check, pod_flags, request_for_job  # noqa: E402
+
+RUNS: dict[str, tuple[str, dict]] = {
+    # name: (preset, overrides), on the dev stack's 2 x v6e-16
+    "8b": ("llama3-8b", {}),
+    "70b-tutorial": ("llama3-70b", {}),
+    "70b-bf16-pdbs1": ("llama3-70b", {"weight_dtype": "bfloat16", "per_device_batch_size": 1}),
+}
+SLICES = 2
+GENERATION_TOPOLOGIES = {"v4": "2x2x2", "v5e": "4x4", "v5p": "2x2x2", "v6e": "4x4", "tpu7x": "2x2x2"}
+"""One multi-host slice per generation, for the tiny model under the tutorial's flags."""
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def compiled(spec, flags, shape=None) -> tuple[XlaResult, float]:
+    started = time.monotonic()
+    result = compile_check(request_for_job(spec, flags, shape, SLICES), progress=_quiet)
+    return result, time.monotonic() - started
+
+
+def figure(result: XlaResult) -> str:
+    if result.fits is None:
+        return "refused"
+    kind = "peak" if result.fits else "needs"
+    return f"{result.peak_hbm_gib:6.2f} {kind}"
+
+
+def flags_table(names: list[str]) -> None:
+    cfg = parse_stack_config(load_stack_file(REPO / "Pulumi.dev.yaml"))
+    flags = pod_flags(cfg.planned_cluster_spec)
+    print(f"The dev stack's pods' flags ({len(flags)}): {' '.join(flags)}\n")
+    print("| run (2 x v6e-16) | no flags (GiB) | pods' flags (GiB) | pods / none | temporaries none -> pods | compile s none, pods |")
+    print("|---|---|---|---|---|---|")
+    for name in names:
+        preset, overrides = RUNS[name]
+        spec = build_job(
+            get_preset(preset), base_output_directory=DATA_MOUNT + "/", run_name=name, slices=SLICES,
+            overrides=overrides, generation=cfg.tpu_generation, topology=cfg.tpu_topology,
+        )
+        bare, bare_s = compiled(spec, ())
+        pods, pods_s = compiled(spec, flags)
+        ratio = pods.peak_hbm_gib / bare.peak_hbm_gib if pods.peak_hbm_gib and bare.peak_hbm_gib else float("nan")
+        temps = " -> ".join(
+            "-" if r.outcome.get("temp_bytes") is None else f"{r.outcome['temp_bytes'] / 2**30:.2f}" for r in (bare, pods)
+        )
+        print(f"| {name} | {figure(bare)} | {figure(pods)} | {ratio:.3f} | {temps} | {bare_s:.0f}, {pods_s:.0f} |", flush=True)
+
+
+def generations_table() -> None:
+    tiny = build_job(get_preset("tiny-cpu"), base_output_directory=DATA_MOUNT + "/", run_name="flags", slices=SLICES)
+    print("\nThe tutorial's flags on the tiny model, per generation (libtpu's answer):\n")
+    print("| slice | the tutorial's 8 flags | without --xla_tpu_enable_async_collective_fusion_fuse_all_gather |")
+    print("|---|---|---|")
+    without = tuple(flag for flag in TUTORIAL_XLA_FLAGS if "fuse_all_gather" not in flag)
+    for generation, topology in GENERATION_TOPOLOGIES.items():
+        shape = slice_shape(generation, topology)
+        answers = []
+        for flags in (TUTORIAL_XLA_FLAGS, without):
+            result, _ = compiled(tiny, flags, shape)
+            answers.append("compiles" if result.fits else f"refused: {result.message.removeprefix('JaxRuntimeError: ')[:70]}...")
+        print(f"| {SLICES} x {shape.maxtext_accelerator} | {answers[0]} | {answers[1]} |", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", nargs="*", choices=sorted(RUNS), help="compile only these runs")
+    parser.add_argument("--skip-generations", action="store_true", help="leave out the per-generation table")
+    args = parser.parse_args()
+    flags_table(args.only or list(RUNS))
+    if not args.skip_generations:
+        generations_table()
+
+
+if __name__ == "__main__":
+    main()
