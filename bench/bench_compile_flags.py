@@ -3,9 +3,12 @@
 The compile check (``stack.xla_check``) compiles a run under the dev stack's
 pods' ``LIBTPU_INIT_ARGS`` (``stack.xla_check.pod_flags``); this bench compiles
 the same jobs a second time with no flags at all, as the check did before, so
-the two peaks stand in one table. It also tries the tutorial's own flag list
-on the tiny model, for each TPU generation, and prints whether libtpu accepts it.
-Results land in the compile check's cache: a second run prints at once.
+the two peaks stand in one table, with each compile's wall time and peak RSS.
+Then what an unchanged run costs: a cached answer, and the preview command with
+``--compile`` against without. Last, the tutorial's own flag list on the tiny
+model, for each TPU generation: whether libtpu accepts it.
+Results land in the compile check's cache: a second run prints at once (point
+``GKE_RAY_TPU_CACHE_DIR`` at an empty directory to measure the compiles again).
 
     nice -n 10 .venv/bin/python bench/bench_compile_flags.py [--only 8b 70b-bf16 ...] [--skip-generations]
 """
@@ -13,6 +16,8 @@ Results land in the compile check's cache: a second run prints at once.
 from __future__ import annotations
 
 import argparse
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -56,12 +61,13 @@ def figure(result: XlaResult) -> str:
     return f"{result.peak_hbm_gib:6.2f} {kind}"
 
 
-def flags_table(names: list[str]) -> None:
+def flags_table(names: list[str]) -> list:
     cfg = parse_stack_config(load_stack_file(REPO / "Pulumi.dev.yaml"))
     flags = pod_flags(cfg.planned_cluster_spec)
     print(f"The dev stack's pods' flags ({len(flags)}): {' '.join(flags)}\n")
-    print("| run (2 x v6e-16) | no flags (GiB) | pods' flags (GiB) | pods / none | temporaries none -> pods | compile s none, pods |")
-    print("|---|---|---|---|---|---|")
+    print("| run (2 x v6e-16) | no flags (GiB) | pods' flags (GiB) | pods / none | temporaries none -> pods | wall s none, pods | RSS GiB |")
+    print("|---|---|---|---|---|---|---|")
+    requests = []
     for name in names:
         preset, overrides = RUNS[name]
         spec = build_job(
@@ -74,7 +80,32 @@ def flags_table(names: list[str]) -> None:
         temps = " -> ".join(
             "-" if r.outcome.get("temp_bytes") is None else f"{r.outcome['temp_bytes'] / 2**30:.2f}" for r in (bare, pods)
         )
-        print(f"| {name} | {figure(bare)} | {figure(pods)} | {ratio:.3f} | {temps} | {bare_s:.0f}, {pods_s:.0f} |", flush=True)
+        rss = max(r.outcome.get("peak_rss_mib", 0) for r in (bare, pods)) / 1024
+        print(f"| {name} | {figure(bare)} | {figure(pods)} | {ratio:.3f} | {temps} | {bare_s:.0f}, {pods_s:.0f} | {rss:.1f} |", flush=True)
+        requests.append(pods.request)
+    print("(wall s: 0 when the answer came from an earlier run's cache)")
+    return requests
+
+
+def unchanged_run(requests: list, repeats: int) -> None:
+    """An unchanged run: one cached answer, and the whole preview command with --compile against without."""
+    hits = []
+    for _ in range(repeats):
+        for request in requests:
+            started = time.perf_counter()
+            compile_check(request, progress=_quiet)
+            hits.append((time.perf_counter() - started) * 1000)
+    print(f"\nA cached answer: median {statistics.median(hits):.1f} ms, max {max(hits):.1f} ms ({len(hits)} look-ups)")
+    command = [sys.executable, "-m", "stack.preview", "--section", "training"]
+    seconds: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(repeats):
+        for compile_too in (False, True):
+            started = time.perf_counter()
+            subprocess.run(command + ["--compile"] * compile_too, cwd=REPO, check=True, capture_output=True)
+            seconds[compile_too].append(time.perf_counter() - started)
+    plain, cached = (statistics.median(seconds[flag]) for flag in (False, True))
+    print(f"python -m stack.preview --section training: {plain:.2f} s; with --compile, answered from the cache: "
+          f"{cached:.2f} s ({cached / plain:.2f}x; median of {repeats})")
 
 
 def generations_table() -> None:
@@ -96,8 +127,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", nargs="*", choices=sorted(RUNS), help="compile only these runs")
     parser.add_argument("--skip-generations", action="store_true", help="leave out the per-generation table")
+    parser.add_argument("--repeats", type=int, default=5, help="rounds of the cached look-ups and preview commands")
     args = parser.parse_args()
-    flags_table(args.only or list(RUNS))
+    requests = flags_table(args.only or list(RUNS))
+    unchanged_run(requests, args.repeats)
     if not args.skip_generations:
         generations_table()
 

@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--stack", default="dev", help="read Pulumi.<stack>.yaml (default: dev)")
     source.add_argument("--config-file", type=Path, help="a Pulumi.<stack>.yaml anywhere")
     parser.add_argument("--preset", help="training preset to check (default: the stack's plannedPreset, else llama3-8b)")
-    parser.add_argument("--elastic", action="store_true", help="check every slice count down to elasticMinSlices")
+    parser.add_argument("--elastic", action="store_true", help="check (with --compile: compile) every slice count down to elasticMinSlices")
     parser.add_argument(
         "--section",
         choices=("all", "resources", "manifests", "training"),

@@ -259,7 +259,7 @@ class XlaResult:
         )
         lines = [
             f"HBM {per} (XLA, compiled for {self.request.num_slices} x {self.request.compile_topology} with "
-            f"{len(self.request.libtpu_flags)} libtpu flags of the pods; "
+            f"{len(self.request.libtpu_flags)} LIBTPU_INIT_ARGS flags; "
             f"MaxText {self.versions['maxtext']}, libtpu {self.versions['libtpu']}; {how}):"
         ]
         shown = [(label, gib) for label, gib in self.rows() if gib is not None]

@@ -15,9 +15,11 @@ import io
 import json
 import re
 import time
+from pathlib import Path
 
 import pytest
 
+from components.ray_manifests import TUTORIAL_XLA_FLAGS
 from core.errors import ConfigError
 from core.job_spec import DATA_MOUNT, build_job
 from core.presets import get_preset
@@ -115,12 +117,24 @@ def test_an_elastic_run_is_compiled_at_each_slice_count_it_may_train_on(tiny):
     assert out["xla"]["margin_gib"] == min(xla["margin_gib"] for xla in by_slices.values())
 
 
-def test_a_flag_libtpu_does_not_know_stops_the_check_and_nothing_is_cached(cache):
+def test_a_flag_libtpu_does_not_know_stops_the_check_naming_it(cache):
     request = tiny_request(flags=("--xla_tpu_no_such_flag_for_this_test=true",))
-    for _ in range(2):  # the second run starts the child again: an error is no verdict
-        with pytest.raises(xla_check.CompileCheckError) as error:
-            xla_check.compile_check(request, progress=lambda _: None)
-        assert "Unknown command line flag 'xla_tpu_no_such_flag_for_this_test'" in str(error.value)
+    with pytest.raises(xla_check.CompileCheckError) as error:
+        xla_check.compile_check(request, progress=lambda _: None)
+    assert "Unknown command line flag 'xla_tpu_no_such_flag_for_this_test'" in str(error.value)
+    assert not (cache / f"{request.digest()}.json").exists()
+
+
+def test_xla_refuses_the_tutorials_flags_for_v6e_and_the_refusal_is_compiled_again(cache):
+    # Why the pods leave out the all-gather fusion flag (components.ray_manifests.ALL_GATHER_FUSION).
+    request = tiny_request(flags=TUTORIAL_XLA_FLAGS)
+    for _ in range(2):
+        said = []
+        result = xla_check.compile_check(request, progress=said.append)
+        assert (result.status, result.fits, result.cached) == ("error", None, False)
+        assert "FAILED_PRECONDITION: Continuation fusion for AllGather" in result.message
+        assert "compiling the train step for 2 x v6e-16" in said[0]  # a compile of its own, each time
+        assert "Jitting and compiling train step" in Path(result.log).read_text()
     assert not (cache / f"{request.digest()}.json").exists()
 
 
