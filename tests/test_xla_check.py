@@ -59,10 +59,12 @@ def tiny(cache):
     return run_preview(TINY)
 
 
-def test_the_tiny_model_compiles_for_two_v6e_16_slices(tiny):
+def test_the_tiny_model_compiles_for_two_v6e_16_slices(tiny, dev_run):
     status, out, err, _ = tiny
     xla = out["xla"]
     assert status == 0 and xla["fits"] is True and xla["status"] == "compiled" and not xla["cached"]
+    # Under what the dev stack's TPU pods get, less the DCN interfaces: XLA compiles it.
+    assert xla["libtpu_flags"] == [f for f in pods_flags(dev_run) if not f.startswith("--megascale_grpc_interface")]
     assert (xla["compile_topology"], xla["num_slices"], xla["per"]) == ("v6e-16", 2, "chip")
     # What XLA says one v6e chip may use: the catalogue's figure is the compiler's.
     assert xla["hbm_limit_gib"] == V6E.xla_hbm_limit_gib
@@ -155,7 +157,7 @@ def test_the_digest_follows_the_program_not_where_the_run_writes(monkeypatch):
     same = build_job(get_preset("tiny-cpu"), base_output_directory="/elsewhere/", run_name="another-name",
                      slices=2, overrides={"checkpoint_period": 2}, compilation_cache_dir="/tmp/cache")
     assert xla_check.request_for_job(same, POD_FLAGS, slice_shape("v6e", "4x4"), 2).digest() == base
-    # The pods' flags are in the program; the order they are written in is theirs, and kept.
+    # The pods' flags are in the program.
     assert tiny_request(flags=()).digest() != base
     assert tiny_request(flags=POD_FLAGS[:1]).digest() != base
     real = xla_check.versions()
