@@ -3,8 +3,9 @@
 Real compiles (libtpu 0.0.50.1, MaxText 0.2.5), each under the dev stack's
 pods' flags: the tiny preset's model for 2 x v6e-16 through the preview command
 (it fits), the same run made elastic (1 x v6e-16 more), the same model made not
-to fit (XLA refuses it), and a flag libtpu does not know (the child stops before
-compiling). Everything else reuses the first result from the cache, or stands
+to fit (XLA refuses it), under the tutorial's own flags (XLA refuses them for
+v6e: twice, as a refusal is not cached), and a flag libtpu does not know (the
+child stops before compiling). Everything else reuses the first result from the cache, or stands
 in for the compiler where only the plumbing is under test.
 """
 
