@@ -83,7 +83,7 @@ def measure(name: str) -> tuple[str, float, float, str, float, float, str]:
         overrides=overrides, generation=generation, topology=topology,
     )
     estimate = estimate_hbm_from_config(spec.maxtext, spec.shape(), SLICES)
-    result = compile_check(request_for_job(spec))
+    result = compile_check(request_for_job(spec, libtpu_flags=()))
     kind = "peak" if result.fits else "needed" if result.fits is False else "error"
     # The compile's own wall time, kept in the cache with its verdict.
     transient = f"{'logits' if estimate.transient_kind == 'output logits' else 'layer'} {estimate.transient_gib:.2f}"

@@ -141,8 +141,20 @@ def interface_prefixes(dcn_interfaces: int) -> str:
     return ",".join([f"eth{i}" for i in range(1, dcn_interfaces + 1)] + ["lo"])
 
 
+ALL_GATHER_FUSION = "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true"
+ALL_GATHER_FUSION_GENERATIONS = frozenset({"v5e"})
+"""Where libtpu 0.0.50.1 (jax 0.12's; maxtext[tpu]==0.2.5 asks for >= 0.0.46) compiles the tutorial's all-gather fusion beside its
+``--xla_enable_async_all_gather=true``. For v6e, v5p and the other generations it refuses the train step
+(``FAILED_PRECONDITION: Continuation fusion for AllGather is enabled on platform ...``, "not supported/recommended
+on platforms other than TPU v5e ... incorrect results, hang, SDC"); each flag alone compiles. Found by the compile
+check (``bench/bench_compile_flags.py`` prints the table); MaxText's own multislice scripts set it false."""
+
+
 def libtpu_init_args(spec: RayClusterSpec) -> str:
-    flags = list(TUTORIAL_XLA_FLAGS)
+    flags = [
+        flag for flag in TUTORIAL_XLA_FLAGS
+        if flag != ALL_GATHER_FUSION or spec.shape.generation.name in ALL_GATHER_FUSION_GENERATIONS
+    ]
     if spec.dcn_interfaces:
         flags.append(f"--megascale_grpc_interface_prefixes={interface_prefixes(spec.dcn_interfaces)}")
     return " ".join(flags)

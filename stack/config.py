@@ -31,6 +31,7 @@ from pydantic.fields import FieldInfo
 from components import dcn_networks, gcs_workload_identity, gke_cluster, ray_tpu_cluster, tpu_slice_node_pool
 from components.gcs_workload_identity import GcsWorkloadIdentityRef
 from components.maxtext_run import MaxTextRunArgs, build_run_job
+from components.ray_manifests import RayClusterSpec
 from components.ray_tpu_cluster import RayTpuClusterArgs, RayTpuClusterRef
 from core import capacity as capacity_rules, gke, naming
 from core.errors import ConfigError
@@ -379,9 +380,10 @@ class StackConfig(BaseModel):
     compile_check: Flag = Field(
         False,
         alias="gke-ray-tpu:compileCheck",
-        description="preview compiles each declared run's train step for the slices with XLA's TPU compiler on the "
-        "machine running it (libtpu, no TPU; minutes per run, then cached until the run changes) and a run XLA does not "
-        "fit fails preview; false: the HBM estimate decides, and says `uncertain` near the limit",
+        description="preview compiles each declared run's train step for the slices, at each slice count it may train "
+        "on and under the TPU pods' XLA flags, with XLA's TPU compiler on the machine running it (libtpu, no TPU; "
+        "minutes per run, then cached until the run changes) and a run XLA does not fit at some count fails preview; "
+        "false: the HBM estimate decides, and says `uncertain` near the limit",
     )
 
     @model_validator(mode="after")
@@ -476,10 +478,15 @@ class StackConfig(BaseModel):
         )
 
     @property
-    def planned_ray_cluster(self) -> RayTpuClusterRef:
-        """The stack's RayTpuCluster as its runs see it, with the component's defaults, before it exists."""
+    def planned_cluster_spec(self) -> RayClusterSpec:
+        """The stack's RayTpuCluster with the component's defaults, before it exists: what its pods get."""
         identity = GcsWorkloadIdentityRef(bucket_name=self.bucket_name, ksa_name=self.ksa_name, namespace=self.namespace)
-        spec = ray_tpu_cluster.spec_from_args(self.ray_cluster_args(identity))
+        return ray_tpu_cluster.spec_from_args(self.ray_cluster_args(identity))
+
+    @property
+    def planned_ray_cluster(self) -> RayTpuClusterRef:
+        """The stack's RayTpuCluster as its runs see it."""
+        spec = self.planned_cluster_spec
         return ray_tpu_cluster.cluster_ref(spec, spec.name)
 
     def run_args(self, index: int, ray_cluster: RayTpuClusterRef) -> MaxTextRunArgs:

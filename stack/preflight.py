@@ -37,6 +37,11 @@ class PreflightReport:
     def ok(self) -> bool:
         return not self.errors
 
+    @property
+    def estimate_by_slices(self) -> dict[int, float]:
+        """The HBM estimate's total, for the one slice count it is made for (the largest)."""
+        return {} if self.hbm is None else {max(self.slice_counts): self.hbm.total_gib}
+
     def format(self) -> str:
         counts = ", ".join(str(n) for n in self.slice_counts)
         lines = [f"Sharding over {counts} slice(s): " + ("OK" if self.ok else "MISMATCH")]
@@ -163,7 +168,7 @@ def check_declared_runs(cfg: StackConfig, info: Callable[[str], None]) -> list[P
             raise report.errors[0].renamed(key)
         text = report.format()
         if cfg.compile_check:
-            text += "\n" + _compiled(job, key, run.run_name, report.hbm)
+            text += "\n" + _compiled(cfg, job, key, run.run_name, report)
         elif report.hbm is not None and report.hbm.does_not_fit:
             raise ConfigError(
                 key, run.run_name,
@@ -176,19 +181,20 @@ def check_declared_runs(cfg: StackConfig, info: Callable[[str], None]) -> list[P
     return reports
 
 
-def _compiled(job: JobSpec, key: str, name: str, estimate: Optional[HbmBreakdown]) -> str:
-    """XLA's figures for a declared run; a run XLA does not compile fails preview under its key."""
+def _compiled(cfg: StackConfig, job: JobSpec, key: str, name: str, report: PreflightReport) -> str:
+    """XLA's figures for a declared run at each slice count it may train on, under the pods' flags;
+    a run XLA does not compile at some count fails preview under its key, naming the count."""
     try:
-        result = xla_check.check_job(job)
+        results = xla_check.check_job(job, xla_check.pod_flags(cfg.planned_cluster_spec), report.slice_counts)
     except xla_check.CompileCheckError as error:
         raise ConfigError(config_key("compile_check"), True, f"a compile check that can run here: {error}") from None
-    if not result.fits:
+    if not results.fits:
+        counts = ", ".join(str(n) for n in sorted(report.slice_counts))
         raise ConfigError(
-            key, name,
-            f"a run XLA compiles within the chips' HBM: {result.verdict()} "
-            f"({job.slices} x {result.request.compile_topology}; log: {result.log})",
+            key, name, f"a run XLA compiles within the chips' HBM at each slice count it may train on ({counts}): "
+            + results.refusal(),
         )
-    return result.format(estimate.total_gib if estimate else None)
+    return results.format(report.estimate_by_slices)
 
 
 def stack_costs(cfg: StackConfig) -> list[CapacityCost]:

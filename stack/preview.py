@@ -7,12 +7,14 @@ the slices, its estimated HBM per chip, and its cost. The versions GKE offers
 and an existing cluster's settings are the mock engine's (``stack.mock_engine``),
 not your project's: ``pulumi preview`` checks those against GKE.
 
-``--compile`` also compiles the planned run's train step for the slices with
-XLA's TPU compiler (:mod:`stack.xla_check`: minutes on a CPU, then cached) and
-prints XLA's HBM figures beside the estimate's; ``--json`` prints the training
-section as one JSON object. Exit status: 0 when the preview is sound, 1 on a
-sharding mismatch or when XLA does not compile the run within the chip's HBM,
-2 on a config error, 3 when the compile check could not run.
+``--compile`` also compiles the planned run's train step for the slices, at
+each slice count it may train on, with XLA's TPU compiler under the flags the
+stack's TPU pods get (:mod:`stack.xla_check`: minutes on a CPU, then cached)
+and prints XLA's HBM figures beside the estimate's; ``--json`` prints the
+training section as one JSON object. Exit status: 0 when the preview is sound,
+1 on a sharding mismatch or when XLA does not compile the run within the chip's
+HBM at some slice count, 2 on a config error, 3 when the compile check could
+not run.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from stack.config import config_key, parse_stack_config
 from stack.mock_engine import load_stack_file, run_offline
 from stack.preflight import PreflightReport, check_idle_cost, planned_job, planned_run, preflight
 from stack.resource_tree import manifests_yaml, render_tree
-from stack.xla_check import CompileCheckError, XlaResult, compile_check, request_for_job
+from stack.xla_check import CompileCheckError, SliceCountResults, check_job, pod_flags
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--stack", default="dev", help="read Pulumi.<stack>.yaml (default: dev)")
     source.add_argument("--config-file", type=Path, help="a Pulumi.<stack>.yaml anywhere")
     parser.add_argument("--preset", help="training preset to check (default: the stack's plannedPreset, else llama3-8b)")
-    parser.add_argument("--elastic", action="store_true", help="check every slice count down to elasticMinSlices")
+    parser.add_argument("--elastic", action="store_true", help="check (with --compile: compile) every slice count down to elasticMinSlices")
     parser.add_argument(
         "--section",
         choices=("all", "resources", "manifests", "training"),
@@ -50,16 +52,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--compile",
         action="store_true",
-        help="compile the planned run's train step for the slices with XLA (libtpu, no TPU; minutes, then cached) "
-        "and report XLA's HBM per chip; exit 1 when it does not fit",
+        help="compile the planned run's train step for the slices, at each slice count it may train on, with XLA "
+        "under the pods' flags (libtpu, no TPU; minutes, then cached) and report XLA's HBM per chip; exit 1 when it "
+        "does not fit at some count",
     )
     parser.add_argument("--json", action="store_true", help="print the training section as one JSON object (with --section training)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="MaxText overrides of the preset")
     return parser
 
 
-def training_json(stack: str, maxtext: dict, report: PreflightReport, xla: Optional[XlaResult]) -> dict:
-    """The training section as data: the run, its sharding, the estimate and, with --compile, XLA's figures."""
+def training_json(stack: str, maxtext: dict, report: PreflightReport, xla: Optional[SliceCountResults]) -> dict:
+    """The training section as data: the run, its sharding, the estimate and, with --compile, XLA's figures
+    (``xla``: the worst slice count; ``xla_by_slices``: each count)."""
     hbm = report.hbm
     estimate = None if hbm is None else {
         "total_gib": hbm.total_gib,
@@ -76,7 +80,7 @@ def training_json(stack: str, maxtext: dict, report: PreflightReport, xla: Optio
         "warnings": report.warnings,
     }
     if xla is not None:
-        out["xla"] = xla.to_json(hbm.total_gib if hbm else None)
+        out.update(xla.to_json(report.estimate_by_slices))
     return out
 
 
@@ -112,7 +116,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.compile and report.ok:
         try:
             job = planned_job(cfg, args.preset or cfg.planned_preset, {**cfg.planned_overrides, **overrides})
-            xla = compile_check(request_for_job(job, cfg.shape, cfg.num_slices))
+            xla = check_job(job, pod_flags(cfg.planned_cluster_spec), report.slice_counts, cfg.shape)
         except ConfigError as error:
             print(f"preview: {error}", file=sys.stderr)
             return 2
@@ -120,6 +124,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"preview: the compile check could not run: {error}", file=sys.stderr)
             return 3
     status = 0 if report.ok and (xla is None or xla.fits) else 1
+    if xla is not None and not xla.fits:
+        print(f"preview: XLA does not compile the run within HBM {xla.refusal()}", file=sys.stderr)
     if args.json:
         print(json.dumps(training_json(stack, maxtext, report, xla), indent=2))
         return status
@@ -134,7 +140,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         settings = " ".join(f"{key}={render(value)}" for key, value in maxtext.items())
         sections.append(f"Planned run: {settings}\n" + report.format())
         if xla is not None:
-            sections.append(xla.format(report.hbm.total_gib if report.hbm else None))
+            sections.append(xla.format(report.estimate_by_slices))
         costs: list[str] = []
         check_idle_cost(cfg, info=costs.append, warn=lambda message: costs.append(f"warning: {message}"))
         sections.append("\n".join(costs))

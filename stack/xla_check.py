@@ -1,12 +1,14 @@
 """The compile check: XLA's own HBM verdict for a run, compiled for its TPU topology on this CPU host.
 
 The HBM figures of :mod:`core.estimates.memory` are a model. This check asks
-the compiler instead: MaxText's AOT ``train_compile`` builds the exact train
-step of the job (:func:`request_for_job` takes a :class:`core.job_spec.JobSpec`,
-so the settings are the ones the job runs with) for the exact slice topology
-and slice count, and XLA's TPU compiler (the ``libtpu`` wheel; no TPU needed)
-either compiles it, and says what it holds in HBM per device, or refuses it
-with how much it would need against how much one device has.
+the compiler instead: MaxText's AOT ``train_compile`` builds the train step of
+the job (:func:`request_for_job` takes a :class:`core.job_spec.JobSpec`, so the
+settings are the ones the job runs with) for the slice topology, at each slice
+count the run may train on (:func:`check_job`), under the XLA flags the
+cluster's TPU pods get (:func:`pod_flags`), and XLA's TPU compiler (the
+``libtpu`` wheel; no TPU needed) either compiles it, and says what it holds in
+HBM per device, or refuses it with how much it would need against how much one
+device has.
 
 The compile runs in a child process (:mod:`stack.xla_compile`): libtpu, JAX,
 MaxText and about 2 GiB of memory stay out of the caller (``pulumi preview``),
@@ -15,7 +17,8 @@ says how long it has run and which phase MaxText is in, every
 :data:`PROGRESS_EVERY_S` seconds. Results are cached under :func:`cache_dir` by
 a digest of everything that changes the program (:meth:`CompileRequest.digest`),
 so an unchanged run is answered from the cache in milliseconds and a changed
-run compiles again.
+run compiles again. Only verdicts are kept (it fits, or it does not): a compile
+MaxText or XLA refused for another reason compiles again next time.
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
+from components.ray_manifests import RayClusterSpec, libtpu_init_args
 from core import REPO_ROOT
 from core.job_spec import JobSpec
 from core.maxtext import configs_dir, render
@@ -52,8 +56,20 @@ NOT_IN_PROGRAM = frozenset({"run_name", "base_output_directory", "jax_cache_dir"
 its compilation cache, how often it checkpoints): left out of the digest, so a declared run and the
 same run from the command line share one result."""
 
-PROGRAM_ENV = ("LIBTPU_INIT_ARGS", "XLA_FLAGS", "MAXTEXT_CONFIGS_DIR")
-"""Environment the child inherits that changes what XLA compiles or which YAML MaxText reads."""
+PROGRAM_ENV = ("MAXTEXT_CONFIGS_DIR",)
+"""Environment the child inherits that changes which YAML MaxText reads."""
+
+NOT_INHERITED = ("LIBTPU_INIT_ARGS", "XLA_FLAGS")
+"""The compiler's flags come from the cluster's pods (:func:`pod_flags`), never from the caller's shell:
+the pods set ``LIBTPU_INIT_ARGS`` and no ``XLA_FLAGS``."""
+
+HOST_INTERFACE_FLAGS = frozenset({"--megascale_grpc_interface_prefixes"})
+"""Flags of the pods' ``LIBTPU_INIT_ARGS`` that name the pod's own network interfaces (DRANET's eth1..ethN):
+they say where megascale's DCN traffic goes, this host has none of those interfaces, and the program XLA
+compiles does not depend on them."""
+
+VERDICTS = ("compiled", "oom")
+"""The child's answers that are the run's verdict, and cached; any other ("error") is not."""
 
 VERSIONED = ("maxtext", "libtpu", "jax", "jaxlib")
 
@@ -74,6 +90,12 @@ _PHASES = (
     ("Jitting and compilation complete", "XLA: reading the chip's HBM limit"),
 )
 """Lines MaxText's train_compile prints, and what they mean for someone waiting."""
+
+
+def pod_flags(cluster: RayClusterSpec) -> tuple[str, ...]:
+    """The ``LIBTPU_INIT_ARGS`` the cluster's TPU pods get (the manifest's own function), less
+    :data:`HOST_INTERFACE_FLAGS`."""
+    return tuple(flag for flag in libtpu_init_args(cluster).split() if flag.split("=", 1)[0] not in HOST_INTERFACE_FLAGS)
 
 
 class CompileCheckError(RuntimeError):
@@ -114,6 +136,8 @@ class CompileRequest:
     """MaxText's name of one slice (``v6e-16``)."""
     num_slices: int
     generation: str
+    libtpu_flags: tuple[str, ...]
+    """The child's ``LIBTPU_INIT_ARGS``: the pods' (:func:`pod_flags`)."""
 
     def _config_files(self) -> dict[str, str]:
         """sha256 of the YAML MaxText resolves the run's config from: the base config and the model's overlay."""
@@ -135,18 +159,20 @@ class CompileRequest:
             "settings": program,
             "compile_topology": self.compile_topology,
             "num_slices": self.num_slices,
+            "libtpu_flags": list(self.libtpu_flags),
             "env": {name: os.environ.get(name) for name in PROGRAM_ENV},
             "child": hashlib.sha256(CHILD.read_bytes()).hexdigest(),
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def request_for_job(spec: JobSpec, shape: Optional[SliceShape] = None, num_slices: Optional[int] = None) -> CompileRequest:
-    """The compile of a job's train step: for its own slices, or for ``shape`` x ``num_slices``.
+def request_for_job(
+    spec: JobSpec, libtpu_flags: Iterable[str], shape: Optional[SliceShape] = None, num_slices: Optional[int] = None
+) -> CompileRequest:
+    """The compile of a job's train step under ``libtpu_flags``: for its own slices, or for ``shape`` x ``num_slices``.
 
     A CPU preset (``tiny-cpu``) has no TPU target of its own: its model is
-    compiled for the slices given, with ``hardware=tpu``. An elastic job is
-    compiled at its largest slice count, the one it starts with.
+    compiled for the slices given, with ``hardware=tpu``.
     """
     shape = shape or spec.shape()
     slices = num_slices or spec.slices
@@ -160,6 +186,7 @@ def request_for_job(spec: JobSpec, shape: Optional[SliceShape] = None, num_slice
         compile_topology=shape.maxtext_accelerator,
         num_slices=slices,
         generation=shape.generation.name,
+        libtpu_flags=tuple(libtpu_flags),
     )
 
 
@@ -231,7 +258,8 @@ class XlaResult:
             f"{self.wall_seconds:.0f} s, {self.outcome.get('peak_rss_mib', 0) / 1024:.1f} GiB RSS"
         )
         lines = [
-            f"HBM {per} (XLA, compiled for {self.request.num_slices} x {self.request.compile_topology}; "
+            f"HBM {per} (XLA, compiled for {self.request.num_slices} x {self.request.compile_topology} with "
+            f"{len(self.request.libtpu_flags)} LIBTPU_INIT_ARGS flags; "
             f"MaxText {self.versions['maxtext']}, libtpu {self.versions['libtpu']}; {how}):"
         ]
         shown = [(label, gib) for label, gib in self.rows() if gib is not None]
@@ -264,6 +292,7 @@ class XlaResult:
             "per": "tensorcore" if self.request.generation == "tpu7x" else "chip",
             "compile_topology": self.request.compile_topology,
             "num_slices": self.request.num_slices,
+            "libtpu_flags": list(self.request.libtpu_flags),
             "versions": self.versions,
             "compile_seconds": self.outcome.get("compile_seconds"),
             "peak_rss_mib": self.outcome.get("peak_rss_mib"),
@@ -292,9 +321,10 @@ def _phase(log: Path) -> str:
     return found
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(request: CompileRequest) -> dict[str, str]:
     path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, **CHILD_ENV, "PYTHONPATH": path}
+    inherited = {name: value for name, value in os.environ.items() if name not in NOT_INHERITED}
+    return {**inherited, **CHILD_ENV, "PYTHONPATH": path, "LIBTPU_INIT_ARGS": " ".join(request.libtpu_flags)}
 
 
 def _run_child(request: CompileRequest, log: Path, progress: Callable[[str], None], every_s: float, timeout_s: float) -> dict:
@@ -309,7 +339,7 @@ def _run_child(request: CompileRequest, log: Path, progress: Callable[[str], Non
         with open(log, "wb") as out:
             child = subprocess.Popen(
                 [sys.executable, "-m", "stack.xla_compile", str(request_file), str(result_file)],
-                cwd=REPO_ROOT, env=_child_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=REPO_ROOT, env=_child_env(request), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
             try:
                 while True:
@@ -328,8 +358,10 @@ def _run_child(request: CompileRequest, log: Path, progress: Callable[[str], Non
                     os.killpg(child.pid, signal.SIGKILL)
                     child.wait()
         if not result_file.is_file():
+            # libtpu exits the process on a flag it does not know: its last line says which.
             raise CompileCheckError(
-                f"the compile of {request.label} exited with status {child.returncode} and no verdict (log: {log})"
+                f"the compile of {request.label} exited with status {child.returncode} and no verdict: "
+                f"{_last_line(log.read_text(errors='replace'))} (log: {log})"
             )
         return {**json.loads(result_file.read_text()), "wall_seconds": time.monotonic() - started}
 
@@ -352,9 +384,10 @@ def compile_check(
     if entry.is_file():
         try:
             record = json.loads(entry.read_text())
-            return XlaResult(request, record["outcome"], digest, found, record["wall_seconds"], str(log), cached=True)
-        except (ValueError, KeyError):
-            pass  # a torn or older entry: compile again and overwrite it
+            if record["outcome"]["status"] in VERDICTS:
+                return XlaResult(request, record["outcome"], digest, found, record["wall_seconds"], str(log), cached=True)
+        except (ValueError, KeyError, TypeError):
+            pass  # a torn entry, or an older check's: compile again and overwrite it
     directory.mkdir(parents=True, exist_ok=True)
     progress(
         f"compile check: {request.label}: compiling the train step for {request.num_slices} x "
@@ -362,14 +395,67 @@ def compile_check(
     )
     outcome = _run_child(request, log, progress, every_s or PROGRESS_EVERY_S, timeout_s)
     wall = outcome.pop("wall_seconds")
-    partial = entry.with_suffix(f".{os.getpid()}.tmp")
-    partial.write_text(json.dumps({"outcome": outcome, "wall_seconds": wall, "versions": found}))
-    os.replace(partial, entry)
+    if outcome["status"] in VERDICTS:
+        partial = entry.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps({"outcome": outcome, "wall_seconds": wall, "versions": found}))
+        os.replace(partial, entry)
+    else:
+        # Not the run's answer (a setting MaxText refuses, a flag XLA refuses for this target, a file it
+        # could not read): its cause may lie outside what the digest covers, and a cached copy would
+        # keep answering an error that is gone.
+        entry.unlink(missing_ok=True)
     result = XlaResult(request, outcome, digest, found, wall, str(log))
     progress(f"compile check: {request.label}: {result.verdict()} ({wall:.0f} s)")
     return result
 
 
-def check_job(spec: JobSpec, **options) -> XlaResult:
-    """XLA's verdict on a TPU job's train step for its own slices."""
-    return compile_check(request_for_job(spec), **options)
+@dataclass(frozen=True)
+class SliceCountResults:
+    """XLA's verdicts on one run at each slice count it may train on (one count for a static run)."""
+
+    by_slices: Mapping[int, XlaResult]
+
+    @property
+    def worst(self) -> XlaResult:
+        """Out of HBM before refused for another reason before the smallest margin."""
+        return min(
+            self.by_slices.values(),
+            key=lambda r: (r.fits is True, r.fits is None, r.margin_gib if r.margin_gib is not None else 0.0),
+        )
+
+    @property
+    def fits(self) -> bool:
+        return all(result.fits for result in self.by_slices.values())
+
+    def refused(self) -> list[XlaResult]:
+        """The counts XLA does not compile within HBM (or at all), fewest slices first."""
+        return [result for _, result in sorted(self.by_slices.items()) if not result.fits]
+
+    def refusal(self) -> str:
+        """Which count XLA refuses, and why; empty when it fits at every count."""
+        return "; ".join(
+            f"at {r.request.num_slices} x {r.request.compile_topology}: {r.verdict()} (log: {r.log})" for r in self.refused()
+        )
+
+    def format(self, estimates: Mapping[int, float]) -> str:
+        """Each count's figures, with the estimate where ``estimates`` has one for that count."""
+        return "\n".join(result.format(estimates.get(n)) for n, result in sorted(self.by_slices.items(), reverse=True))
+
+    def to_json(self, estimates: Mapping[int, float]) -> dict:
+        """``xla``: the worst count; ``xla_by_slices``: every count, keyed by its number as a string."""
+        worst = self.worst
+        return {
+            "xla": worst.to_json(estimates.get(worst.request.num_slices)),
+            "xla_by_slices": {str(n): r.to_json(estimates.get(n)) for n, r in sorted(self.by_slices.items())},
+        }
+
+
+def check_job(
+    spec: JobSpec, libtpu_flags: Iterable[str], slice_counts: Iterable[int], shape: Optional[SliceShape] = None, **options
+) -> SliceCountResults:
+    """XLA's verdict on a job's train step at each of ``slice_counts`` (an elastic run trains on any of
+    them after a lost slice, with another sharding and another peak), under ``libtpu_flags``."""
+    flags = tuple(libtpu_flags)
+    return SliceCountResults({
+        count: compile_check(request_for_job(spec, flags, shape, count), **options) for count in sorted(set(slice_counts))
+    })

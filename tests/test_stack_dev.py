@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from components.ray_manifests import ALL_GATHER_FUSION
 from stack.mock_engine import MOCK_CHANNEL_VERSIONS, MOCK_PROJECT_NUMBER
 from stack.resource_tree import with_integers
 from tests.schemas import validate_core, validate_ray_cluster
@@ -262,6 +263,9 @@ def test_ray_cluster_equals_the_tutorial_manifest_except_documented_changes(ray_
     group.pop("minReplicas"), group.pop("maxReplicas")
     group["template"]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "two-netdev"
     group["template"]["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    libtpu = next(e for e in group["template"]["spec"]["containers"][0]["env"] if e["name"] == "LIBTPU_INIT_ARGS")
+    after = "--xla_tpu_enable_async_collective_fusion_multiple_steps"
+    libtpu["value"] = libtpu["value"].replace(after, f"{ALL_GATHER_FUSION} {after}")
     for pod in (ours["spec"]["headGroupSpec"]["template"]["spec"], group["template"]["spec"]):
         next(v for v in pod["volumes"] if "csi" in v)["csi"]["volumeAttributes"]["mountOptions"] = (
             "implicit-dirs,uid=1000,gid=1000,dir-mode=775,file-mode=664,file-cache:max-size-mb:-1"

@@ -1,9 +1,12 @@
 """The compile check: XLA's own HBM verdict, compiled for the TPU topology on this CPU.
 
-Two real compiles (libtpu 0.0.50.1, MaxText 0.2.5): the tiny preset's model
-for 2 x v6e-16 through the preview command (it fits), and the same model made
-not to fit (XLA refuses it). Everything else reuses the first result from the
-cache, or stands in for the compiler where only the plumbing is under test.
+Real compiles (libtpu 0.0.50.1, MaxText 0.2.5), each under the dev stack's
+pods' flags: the tiny preset's model for 2 x v6e-16 through the preview command
+(it fits), the same run made elastic (1 x v6e-16 more), the same model made not
+to fit (XLA refuses it), under the tutorial's own flags (XLA refuses them for
+v6e: twice, as a refusal is not cached), and a flag libtpu does not know (the
+child stops before compiling). Everything else reuses the first result from the cache, or stands
+in for the compiler where only the plumbing is under test.
 """
 
 from __future__ import annotations
@@ -13,16 +16,20 @@ import io
 import json
 import re
 import time
+from pathlib import Path
 
 import pytest
 
+from components.ray_manifests import TUTORIAL_XLA_FLAGS
 from core.errors import ConfigError
 from core.job_spec import DATA_MOUNT, build_job
 from core.presets import get_preset
 from core.tpu_catalogue import GENERATIONS, slice_shape
 from stack import preview, xla_check, xla_compile
+from stack.config import parse_stack_config
 from stack.mock_engine import OfflineRun, run_offline
 from tests.conftest import with_keys
+from tests.test_stack_dev import RAYCLUSTER
 
 V6E = GENERATIONS["v6e"]
 TINY = ["--section", "training", "--preset", "tiny-cpu", "--compile", "--json"]
@@ -53,10 +60,12 @@ def tiny(cache):
     return run_preview(TINY)
 
 
-def test_the_tiny_model_compiles_for_two_v6e_16_slices(tiny):
+def test_the_tiny_model_compiles_for_two_v6e_16_slices(tiny, dev_run):
     status, out, err, _ = tiny
     xla = out["xla"]
     assert status == 0 and xla["fits"] is True and xla["status"] == "compiled" and not xla["cached"]
+    # Under what the dev stack's TPU pods get, less the DCN interfaces: XLA compiles it.
+    assert xla["libtpu_flags"] == [f for f in pods_flags(dev_run) if not f.startswith("--megascale_grpc_interface")]
     assert (xla["compile_topology"], xla["num_slices"], xla["per"]) == ("v6e-16", 2, "chip")
     # What XLA says one v6e chip may use: the catalogue's figure is the compiler's.
     assert xla["hbm_limit_gib"] == V6E.xla_hbm_limit_gib
@@ -72,7 +81,8 @@ def test_the_tiny_model_compiles_for_two_v6e_16_slices(tiny):
 
 def test_the_json_has_xla_beside_the_estimate(tiny):
     _, out, _, _ = tiny
-    assert set(out) == {"stack", "run", "sharding", "estimate", "warnings", "xla"}
+    assert set(out) == {"stack", "run", "sharding", "estimate", "warnings", "xla", "xla_by_slices"}
+    assert out["xla_by_slices"] == {"2": out["xla"]}
     assert out["sharding"] == {"ok": True, "slice_counts": [2], "errors": []}
     assert {"peak_hbm_gib", "hbm_limit_gib", "fits", "margin_gib", "temporaries_gib", "generated_code_gib",
             "estimate_total_gib"} <= set(out["xla"])
@@ -96,29 +106,79 @@ def test_a_run_xla_refuses_reports_what_it_needs_and_fails_preview(cache):
     assert "CompileTimeHbmOom" in xla["message"]
 
 
-def tiny_request(**overrides):
+def test_an_elastic_run_is_compiled_at_each_slice_count_it_may_train_on(tiny):
+    status, out, err, _ = run_preview([*TINY, "--elastic"])
+    by_slices = out["xla_by_slices"]
+    assert status == 0 and out["sharding"]["slice_counts"] == [2, 1] and set(by_slices) == {"1", "2"}
+    for count, xla in by_slices.items():
+        assert (xla["num_slices"], xla["compile_topology"], xla["status"]) == (int(count), "v6e-16", "compiled")
+        assert 0 < xla["peak_hbm_gib"] < xla["hbm_limit_gib"]
+    # The 2-slice compile is the tiny fixture's, from the cache; 1 slice is another program, compiled now.
+    assert by_slices["2"]["cached"] is True and by_slices["1"]["cached"] is False
+    assert by_slices["1"]["digest"] != by_slices["2"]["digest"]
+    assert "local-tiny (default) on 1 x v6e-16: compiling the train step" in err
+    assert out["xla"] in by_slices.values()
+    assert out["xla"]["margin_gib"] == min(xla["margin_gib"] for xla in by_slices.values())
+
+
+def test_a_flag_libtpu_does_not_know_stops_the_check_naming_it(cache):
+    request = tiny_request(flags=("--xla_tpu_no_such_flag_for_this_test=true",))
+    with pytest.raises(xla_check.CompileCheckError) as error:
+        xla_check.compile_check(request, progress=lambda _: None)
+    assert "Unknown command line flag 'xla_tpu_no_such_flag_for_this_test'" in str(error.value)
+    assert not (cache / f"{request.digest()}.json").exists()
+
+
+def test_xla_refuses_the_tutorials_flags_for_v6e_and_the_refusal_is_compiled_again(cache):
+    # Why the pods leave out the all-gather fusion flag (components.ray_manifests.ALL_GATHER_FUSION).
+    request = tiny_request(flags=TUTORIAL_XLA_FLAGS)
+    for _ in range(2):
+        said = []
+        result = xla_check.compile_check(request, progress=said.append)
+        assert (result.status, result.fits, result.cached) == ("error", None, False)
+        assert "FAILED_PRECONDITION: Continuation fusion for AllGather" in result.message
+        assert "compiling the train step for 2 x v6e-16" in said[0]  # a compile of its own, each time
+        assert "Jitting and compiling train step" in Path(result.log).read_text()
+    assert not (cache / f"{request.digest()}.json").exists()
+
+
+POD_FLAGS = ("--xla_tpu_scoped_vmem_limit_kib=122880", "--xla_enable_async_all_gather=true")
+
+
+def tiny_request(flags=POD_FLAGS, slices=2, **overrides):
     spec = build_job(get_preset("tiny-cpu"), base_output_directory=DATA_MOUNT + "/", run_name="local-tiny",
                      slices=2, overrides=overrides)
-    return xla_check.request_for_job(spec, slice_shape("v6e", "4x4"), 2)
+    return xla_check.request_for_job(spec, flags, slice_shape("v6e", "4x4"), slices)
 
 
 def test_the_digest_follows_the_program_not_where_the_run_writes(monkeypatch):
     base = tiny_request().digest()
     assert tiny_request(steps=11).digest() != base  # the learning-rate schedule is in the program
     assert tiny_request(per_device_batch_size=2).digest() != base
-    assert xla_check.request_for_job(
-        build_job(get_preset("tiny-cpu"), base_output_directory="/data/", run_name="x", slices=1),
-        slice_shape("v6e", "4x4"), 1,
-    ).digest() != base
+    assert tiny_request(slices=1).digest() != base
     same = build_job(get_preset("tiny-cpu"), base_output_directory="/elsewhere/", run_name="another-name",
                      slices=2, overrides={"checkpoint_period": 2}, compilation_cache_dir="/tmp/cache")
-    assert xla_check.request_for_job(same, slice_shape("v6e", "4x4"), 2).digest() == base
+    assert xla_check.request_for_job(same, POD_FLAGS, slice_shape("v6e", "4x4"), 2).digest() == base
+    # The pods' flags are in the program.
+    assert tiny_request(flags=()).digest() != base
+    assert tiny_request(flags=POD_FLAGS[:1]).digest() != base
     real = xla_check.versions()
     monkeypatch.setattr(xla_check, "versions", lambda: {**real, "libtpu": "0.0.51"})
     assert tiny_request().digest() != base
     monkeypatch.undo()
+    # The caller's shell is not what the pods run: its flags reach neither the child nor the digest.
     monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_enable_latency_hiding_scheduler=false")
-    assert tiny_request().digest() != base
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
+    assert tiny_request().digest() == base
+    env = xla_check._child_env(tiny_request())
+    assert env["LIBTPU_INIT_ARGS"].split() == list(POD_FLAGS) and "XLA_FLAGS" not in env
+
+
+def pods_flags(run) -> list[str]:
+    """The TPU workers' LIBTPU_INIT_ARGS, as the rendered RayCluster sets them."""
+    [group] = run.one(RAYCLUSTER).inputs["spec"]["workerGroupSpecs"]
+    env = {e["name"]: e["value"] for e in group["template"]["spec"]["containers"][0]["env"]}
+    return env["LIBTPU_INIT_ARGS"].split()
 
 
 COMPILED = {"status": "compiled", "peak_bytes": 20 * 2**30, "argument_bytes": 6 * 2**30, "output_bytes": 6 * 2**30,
@@ -148,11 +208,93 @@ def compiler(monkeypatch, tmp_path):
     return fake
 
 
+def test_the_child_compiles_under_the_pods_flags_less_their_network_interfaces(compiler, dev_config):
+    run = run_offline(with_keys(dev_config, compileCheck="true"))
+    pods = pods_flags(run)
+    interfaces = [flag for flag in pods if flag.startswith("--megascale_grpc_interface_prefixes=")]
+    assert interfaces == ["--megascale_grpc_interface_prefixes=eth1,eth2,lo"]
+    [request] = compiler.calls
+    assert list(request.libtpu_flags) == [flag for flag in pods if flag not in interfaces] and len(pods) >= 2
+    assert xla_check._child_env(request)["LIBTPU_INIT_ARGS"].split() == list(request.libtpu_flags)
+
+
 def test_a_changed_run_compiles_again_and_an_unchanged_one_does_not(compiler):
     assert xla_check.compile_check(tiny_request(), progress=lambda _: None).cached is False
     assert xla_check.compile_check(tiny_request(), progress=lambda _: None).cached is True
     assert xla_check.compile_check(tiny_request(steps=12), progress=lambda _: None).cached is False
     assert len(compiler.calls) == 2
+
+
+ERROR = {"status": "error", "message": "ValueError: MaxText refused a setting", "compile_seconds": 1.0, "peak_rss_mib": 1}
+
+
+def test_an_error_is_not_cached_as_a_verdict_and_a_rerun_compiles_again(compiler):
+    compiler.outcome = ERROR
+    for _ in range(2):
+        result = xla_check.compile_check(tiny_request(), progress=lambda _: None)
+        assert (result.status, result.fits, result.cached) == ("error", None, False)
+    assert len(compiler.calls) == 2
+    # Once the cause is gone, the same digest gets its verdict, and keeps it.
+    compiler.outcome = COMPILED
+    assert xla_check.compile_check(tiny_request(), progress=lambda _: None).fits is True
+    assert xla_check.compile_check(tiny_request(), progress=lambda _: None).cached is True
+    assert len(compiler.calls) == 3
+
+
+def test_an_error_cached_by_an_older_check_is_compiled_again(compiler, tmp_path):
+    request = tiny_request()
+    (tmp_path / f"{request.digest()}.json").write_text(json.dumps({"outcome": ERROR, "wall_seconds": 1.0}))
+    assert xla_check.compile_check(request, progress=lambda _: None).cached is False
+    assert len(compiler.calls) == 1
+
+
+class OneSliceTooFew(FakeCompiler):
+    """Fits on 2 slices, out of HBM on 1 (parameters sharded over half the chips)."""
+
+    def __call__(self, request, log, progress, every_s, timeout_s):
+        self.outcome = OOM if request.num_slices == 1 else COMPILED
+        return super().__call__(request, log, progress, every_s, timeout_s)
+
+
+def test_a_slice_count_xla_refuses_fails_preview_naming_it(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv(xla_check.CACHE_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(xla_check, "_run_child", compiler := OneSliceTooFew())
+    assert preview.main(["--section", "training", "--compile", "--json", "--elastic"]) == 1
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert sorted(request.num_slices for request in compiler.calls) == [1, 2]
+    assert out["xla_by_slices"]["2"]["fits"] is True and out["xla_by_slices"]["1"]["fits"] is False
+    assert out["xla"]["num_slices"] == 1 and out["xla"]["status"] == "oom"
+    # The estimate is made for 2 slices: it stands beside that count only.
+    assert out["xla_by_slices"]["2"]["estimate_total_gib"] == out["estimate"]["total_gib"]
+    assert out["xla"]["estimate_total_gib"] is None
+    assert "XLA does not compile the run within HBM at 1 x v6e-16: does NOT fit: XLA needs 40.00 GiB" in captured.err
+
+
+def test_a_declared_elastic_run_is_compiled_at_each_count_and_refused_naming_the_count(monkeypatch, tmp_path, dev_config):
+    monkeypatch.setenv(xla_check.CACHE_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(xla_check, "_run_child", compiler := OneSliceTooFew())
+    runs = '[{"name": "elastic-8b", "preset": "llama3-8b-elastic"}]'
+    with pytest.raises(ConfigError) as error:
+        run_offline(with_keys(dev_config, compileCheck="true", runs=runs))
+    assert (error.value.key, error.value.value) == ("gke-ray-tpu:runs[0]", "elastic-8b")
+    assert "at each slice count it may train on (1, 2): at 1 x v6e-16: does NOT fit" in error.value.expected
+    assert sorted(request.num_slices for request in compiler.calls) == [1, 2]
+
+
+def results_of(*outcomes) -> xla_check.SliceCountResults:
+    request = tiny_request()
+    return xla_check.SliceCountResults(
+        {n: xla_check.XlaResult(request, outcome, "d", {}, 1.0, "log") for n, outcome in enumerate(outcomes, 1)}
+    )
+
+
+def test_the_worst_count_is_out_of_hbm_then_refused_then_the_smallest_margin():
+    tight = {**COMPILED, "peak_bytes": 30 * 2**30}
+    assert results_of(COMPILED, tight).worst.outcome is tight
+    assert results_of(tight, ERROR, COMPILED).worst.outcome is ERROR
+    assert results_of(ERROR, OOM, tight).worst.outcome is OOM
+    assert results_of(COMPILED, tight).fits and not results_of(COMPILED, ERROR).fits
 
 
 def test_the_estimate_stands_beside_xla_in_the_json(compiler, capsys):
@@ -193,7 +335,8 @@ def test_preview_fails_a_declared_run_xla_refuses(compiler, dev_config):
     with pytest.raises(ConfigError) as error:
         run_offline(with_keys(dev_config, compileCheck="true"), run=run)
     assert (error.value.key, error.value.value, run.resources) == ("gke-ray-tpu:runs[0]", "baseline-8b", [])
-    assert "a run XLA compiles within the chips' HBM: does NOT fit: XLA needs 40.00 GiB of the 31.24 GiB" in error.value.expected
+    assert ("a run XLA compiles within the chips' HBM at each slice count it may train on (2): at 2 x v6e-16: "
+            "does NOT fit: XLA needs 40.00 GiB of the 31.24 GiB") in error.value.expected
 
 
 def test_preview_shows_xla_figures_for_a_declared_run_it_fits(compiler, dev_config):
