@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 import yaml
 
 from stack.mock_engine import MOCK_CHANNEL_VERSIONS, MOCK_PROJECT_NUMBER
 from stack.resource_tree import with_integers
 from tests.schemas import validate_core, validate_ray_cluster
-from tests.conftest import SHARED
+from tests.conftest import REPO_ROOT
 
 NETWORK = "gcp:compute/network:Network"
 SUBNET = "gcp:compute/subnetwork:Subnetwork"
@@ -248,9 +250,14 @@ def test_ray_cluster_waits_for_slices_storage_and_claim(dev_run):
         {"storage-bucket"}, {"storage-bucket"}]
 
 
-@pytest.mark.skipif(not (SHARED / "reference").is_dir(), reason="the tutorial's manifests live in ../shared/reference")
+TUTORIAL_MANIFEST = REPO_ROOT / "tests" / "fixtures" / "tutorial" / "ray-cluster.tpu-multi-slice.yaml"
+TUTORIAL_SHA256 = "b70765da206cdc77ecba54a38fcbcbb783b6d72fc8bfd4d6e0acb65acb2dc9fd"
+"""The published file's digest (tests/fixtures/tutorial/README.md): the fixture is the tutorial's, unedited."""
+
+
 def test_ray_cluster_equals_the_tutorial_manifest_except_documented_changes(ray_cluster):
-    text = (SHARED / "reference" / "ray-cluster.tpu-multi-slice.yaml").read_text()
+    assert hashlib.sha256(TUTORIAL_MANIFEST.read_bytes()).hexdigest() == TUTORIAL_SHA256
+    text = TUTORIAL_MANIFEST.read_text()
     text = text.replace("${KSA_NAME}", "ray-tpu-ksa").replace("${GS_BUCKET}", "my-tpu-project-maxtext-checkpoints")
     tutorial = next(d for d in yaml.safe_load_all(text) if d and d["kind"] == "RayCluster")
 
