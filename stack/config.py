@@ -330,7 +330,7 @@ class StackConfig(BaseModel):
     bucket_hierarchical_namespace: Flag = Field(
         gcs_workload_identity.DEFAULT_HIERARCHICAL_NAMESPACE,
         alias="gke-ray-tpu:bucketHierarchicalNamespace",
-        description="create the bucket with a hierarchical namespace (atomic folder renames, GCS FUSE's recommendation); only when the bucket is created: an existing bucket keeps its namespace (a preview warning says so) and is never replaced",
+        description="create the bucket with a hierarchical namespace (atomic folder renames through GCS FUSE; Orbax then lists and deletes checkpoint steps through folders, not tested here); only when the bucket is created: an existing bucket keeps its namespace (a preview warning says so) and is never replaced",
     )
     namespace: Annotated[str, _name(naming.DNS_LABEL), _rule(_created_namespace)] = Field(
         gcs_workload_identity.DEFAULT_NAMESPACE,

@@ -122,16 +122,16 @@ def test_tpu_pools_wait_for_the_cluster_and_both_dcn_subnets(dev_run):
         assert {"gke-cluster", "dcn-tpu-subnet-1", "dcn-tpu-subnet-2"} <= names
 
 
-def test_bucket_is_private_uniform_standard_hierarchical_and_kept_on_destroy(dev_run):
+def test_bucket_is_private_uniform_standard_flat_and_kept_on_destroy(dev_run):
     bucket = dev_run.one(BUCKET)
     assert bucket.inputs == {
         "name": "my-tpu-project-maxtext-checkpoints",
         "project": "my-tpu-project",
         "location": "us-east5",
         "storageClass": "STANDARD",
-        "uniformBucketLevelAccess": True,  # also what a hierarchical namespace requires
+        "uniformBucketLevelAccess": True,  # also what a hierarchical namespace would require
         "publicAccessPrevention": "enforced",
-        "hierarchicalNamespace": {"enabled": True},
+        "hierarchicalNamespace": {"enabled": False},  # the namespace the checkpoint drills run against
         "forceDestroy": False,
     }
     assert bucket.retain_on_delete is True
@@ -287,7 +287,7 @@ def test_stack_outputs_feed_the_submit_step(dev_run):
         "namespace": "default",
         "ksaName": "ray-tpu-ksa",
         "bucketName": "my-tpu-project-maxtext-checkpoints",
-        "bucketHierarchicalNamespace": True,
+        "bucketHierarchicalNamespace": False,
         "checkpointDir": "gs://my-tpu-project-maxtext-checkpoints",
         "rayClusterName": "maxtext-tpu-cluster",
         "rayHeadService": "maxtext-tpu-cluster-head-svc",
