@@ -255,7 +255,7 @@ class StackConfig(BaseModel):
         gke_cluster.DEFAULT_RAY_CLUSTER_LOGGING,
         alias="gke-ray-tpu:rayClusterLogging",
         description="the Ray operator add-on sends the RayCluster's logs (every job's, every worker's) to Cloud Logging, "
-        "where they outlive the cluster; billed at $0.50/GiB past 50 GiB per project and month (a run's log is tens of MB); "
+        "where they outlive the cluster; billed at $0.50/GiB past 50 GiB per project and month (the local run's job log is ~0.5 MB, bench/bench_goodput.py; a TPU run's is larger and not measured here); "
         "a cluster the stack creates (an existing one keeps its own setting)",
     )
     ray_cluster_monitoring: Flag = Field(
@@ -287,7 +287,7 @@ class StackConfig(BaseModel):
     elastic_min_slices: Annotated[Optional[int], Field(ge=1, le=64)] = Field(
         None,
         alias="gke-ray-tpu:elasticMinSlices",
-        description="lower bound of elastic training (the RayCluster's `minReplicas`), 1 to `numSlices`; unset: `numSlices`",
+        description="the fewest slices an elastic run keeps training on (Ray Train's lower worker bound), 1 to `numSlices`; also the RayCluster's `minReplicas` while slices are held (with `scaleToZero` that is 0); unset: `numSlices`",
     )
     capacity: Literal[capacity_rules.CAPACITY_MODES] = Field(
         capacity_rules.DEFAULT_CAPACITY,
