@@ -304,7 +304,7 @@ class StackConfig(BaseModel):
     scale_to_zero: Optional[Flag] = Field(
         None,
         alias="gke-ray-tpu:scaleToZero",
-        description="slices exist only while a job asks for them: each pool autoscales 0 to its hosts and KubeRay's "
+        description="slices are created when a job asks for them (their VMs billed from boot) and removed after `idleTimeoutSeconds` without work: each pool autoscales 0 to its hosts and KubeRay's "
         "autoscaler adds and removes whole slices; a run then waits minutes for its slices. Unset: true for "
         "`flex-start` (required), false otherwise (a held slice starts runs at once; on demand, one released may not come back)",
     )
