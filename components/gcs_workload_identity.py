@@ -11,14 +11,20 @@ from core.errors import ConfigError
 from core.naming import DNS_LABEL, DNS_SUBDOMAIN, check_bucket_name
 
 BUCKET_ROLE = "roles/storage.objectUser"
-"""Read, write, list and delete objects (and HNS folders); no bucket or IAM administration."""
+"""Read, write, list and delete objects (and, on a hierarchical-namespace bucket, folders); no bucket or IAM administration."""
 BUCKET_READER_ROLE = "roles/storage.legacyBucketReader"
 """``storage.buckets.get`` (and ``storage.objects.list``), which objectUser lacks: MaxText reads the bucket's
 metadata before it writes to a ``gs://`` base (``maxtext.utils.gcs_utils.mkdir_and_check_permissions``)
 and refuses a bucket it cannot read. A legacy role, so grantable on a bucket only."""
 BUCKET_DELETION_POLICIES = ("retain", "delete-empty", "force")
 DEFAULT_BUCKET_DELETION = "retain"
-DEFAULT_HIERARCHICAL_NAMESPACE = True
+DEFAULT_HIERARCHICAL_NAMESPACE = False
+"""Flat: the namespace the checkpoint drills run against. Checkpoints go to ``gs://`` with Orbax's commit
+markers, not through GCS FUSE, so a hierarchical namespace's atomic folder rename gains them nothing,
+and the ``/data`` mount holds only write-once files (code archives, compilation-cache entries). On a
+hierarchical-namespace bucket Orbax (0.12.4-0.12.8) lists steps through folder prefixes and removes
+deleted steps' folders through the Storage Control API, paths no test here runs: the Cloud Storage
+emulator has no folders."""
 DEFAULT_NAMESPACE = "default"
 DEFAULT_KSA_NAME = "ray-tpu-ksa"
 
@@ -39,7 +45,7 @@ class GcsWorkloadIdentityArgs(TypedDict):
     ksa_name: NotRequired[str]
     """Kubernetes service account the Ray pods run as. Default: ray-tpu-ksa."""
     hierarchical_namespace: NotRequired[bool]
-    """Create the bucket with a hierarchical namespace (folder renames are atomic, GCS FUSE's recommendation for checkpoints). Only at creation: Cloud Storage cannot convert a bucket, so an existing bucket keeps its namespace whatever this says (see hierarchical_namespace_enabled). Default: true."""
+    """Create the bucket with a hierarchical namespace (atomic folder renames for what goes through GCS FUSE; Orbax then lists and deletes checkpoint steps through folders, which is not tested here). Only at creation: Cloud Storage cannot convert a bucket, so an existing bucket keeps its namespace whatever this says (see hierarchical_namespace_enabled). Default: false (flat, the namespace the checkpoint drills run against)."""
     bucket_deletion: NotRequired[str]
     """What pulumi destroy does to the bucket: retain (the default: drop it from the stack, keep it and its checkpoints), delete-empty (delete; Cloud Storage refuses while objects remain, so destroy stops instead of losing data) or force (delete it with every object)."""
 
@@ -185,8 +191,9 @@ def _warn_on_namespace(bucket: str, asked: bool, actual: bool) -> bool:
         have, want = ("flat", "hierarchical") if asked else ("hierarchical", "flat")
         pulumi.log.warn(
             f"bucket {bucket} has a {have} namespace and keeps it: Cloud Storage cannot convert a bucket, "
-            f"so the {want} namespace asked for applies only to a new bucket. Checkpoints are safe either way "
-            "(runs write gs:// with Orbax's commit markers); to move to a new bucket, see docs/elastic.md, "
-            "'Moving checkpoints to a hierarchical-namespace bucket'"
+            f"so the {want} namespace asked for applies only to a new bucket. Runs write gs:// with Orbax's commit "
+            "markers on either; on a hierarchical one Orbax also lists and deletes steps through folders, which "
+            "is not tested here. To move to a new bucket, see docs/elastic.md, "
+            "'Moving checkpoints to a new bucket'"
         )
     return actual

@@ -256,7 +256,7 @@ class StackConfig(BaseModel):
         gke_cluster.DEFAULT_RAY_CLUSTER_LOGGING,
         alias="gke-ray-tpu:rayClusterLogging",
         description="the Ray operator add-on sends the RayCluster's logs (every job's, every worker's) to Cloud Logging, "
-        "where they outlive the cluster; billed at $0.50/GiB past 50 GiB per project and month (a run's log is tens of MB); "
+        "where they outlive the cluster; billed at $0.50/GiB past 50 GiB per project and month (the local run's job log is ~0.5 MB, bench/bench_goodput.py; a TPU run's is larger and not measured here); "
         "a cluster the stack creates (an existing one keeps its own setting)",
     )
     ray_cluster_monitoring: Flag = Field(
@@ -288,7 +288,7 @@ class StackConfig(BaseModel):
     elastic_min_slices: Annotated[Optional[int], Field(ge=1, le=64)] = Field(
         None,
         alias="gke-ray-tpu:elasticMinSlices",
-        description="lower bound of elastic training (the RayCluster's `minReplicas`), 1 to `numSlices`; unset: `numSlices`",
+        description="the fewest slices an elastic run keeps training on (Ray Train's lower worker bound), 1 to `numSlices`; also the RayCluster's `minReplicas` while slices are held (with `scaleToZero` that is 0); unset: `numSlices`",
     )
     capacity: Literal[capacity_rules.CAPACITY_MODES] = Field(
         capacity_rules.DEFAULT_CAPACITY,
@@ -305,7 +305,7 @@ class StackConfig(BaseModel):
     scale_to_zero: Optional[Flag] = Field(
         None,
         alias="gke-ray-tpu:scaleToZero",
-        description="slices exist only while a job asks for them: each pool autoscales 0 to its hosts and KubeRay's "
+        description="slices are created when a job asks for them (their VMs billed from boot) and removed after `idleTimeoutSeconds` without work: each pool autoscales 0 to its hosts and KubeRay's "
         "autoscaler adds and removes whole slices; a run then waits minutes for its slices. Unset: true for "
         "`flex-start` (required), false otherwise (a held slice starts runs at once; on demand, one released may not come back)",
     )
@@ -331,7 +331,7 @@ class StackConfig(BaseModel):
     bucket_hierarchical_namespace: Flag = Field(
         gcs_workload_identity.DEFAULT_HIERARCHICAL_NAMESPACE,
         alias="gke-ray-tpu:bucketHierarchicalNamespace",
-        description="create the bucket with a hierarchical namespace (atomic folder renames, GCS FUSE's recommendation); only when the bucket is created: an existing bucket keeps its namespace (a preview warning says so) and is never replaced",
+        description="create the bucket with a hierarchical namespace (atomic folder renames through GCS FUSE; Orbax then lists and deletes checkpoint steps through folders, not tested here); only when the bucket is created: an existing bucket keeps its namespace (a preview warning says so) and is never replaced",
     )
     namespace: Annotated[str, _name(naming.DNS_LABEL), _rule(_created_namespace)] = Field(
         gcs_workload_identity.DEFAULT_NAMESPACE,

@@ -37,6 +37,11 @@ from training.driver.progress import WORKER_PID, Progress
 from training.driver.timeline import ABSL_TIME
 from tests.conftest import REPO_ROOT
 _XLA_COMPILE = re.compile(r"Finished XLA compilation of \S+ in ([0-9.]+) sec")
+_JAX_TIMED = re.compile(r"Finished (?:tracing \S+ for jit|jaxpr to MLIR module conversion \S+|XLA compilation of \S+) in ([0-9.]+) sec")
+"""JAX's own timing of each stage of a jit (logged with ``JAX_LOG_COMPILES=1``): tracing, lowering, XLA compilation."""
+_TRAIN_STEP_COMPILED = "Finished XLA compilation of jit(train_step) "
+STEP_TIME = "perf/step_time_seconds"
+"""MaxText's own seconds of each step in its event files (what its ``completed step: N, seconds: S`` line prints)."""
 _CHECKPOINT_LOOKED_UP = ("restoring from this run's directory step", "No existing checkpoints found")
 PACED_MODEL = ("max_target_length=512", "per_device_batch_size=4", "base_emb_dim=256", "base_mlp_dim=1024")
 """The tiny preset widened until a step takes ~0.3 s on 2 cores: with the compilation cache the tiny
@@ -122,6 +127,45 @@ class Drill:
     def median_step_s(self) -> float:
         """Median of MaxText's own per-step seconds over the run's steps."""
         return statistics.median(m.seconds for m in self.progress.steps.values())
+
+
+def jax_compile_seconds(log: str, pid: int) -> tuple[float, float]:
+    """JAX's own seconds in worker ``pid``'s lines (``JAX_LOG_COMPILES=1``), from MaxText's checkpoint lookup
+    to the train step's XLA compilation: every stage JAX timed there (tracing, lowering, XLA compilation of each
+    jit), and the train step's XLA compilation alone."""
+    total, looked_up = 0.0, False
+    for line in log.splitlines():
+        if f"pid={pid})" not in line:
+            continue
+        if any(text in line for text in _CHECKPOINT_LOOKED_UP):
+            looked_up = True
+        elif looked_up and (m := _JAX_TIMED.search(line)):
+            total += float(m.group(1))
+            if _TRAIN_STEP_COMPILED in line:
+                return total, float(m.group(1))
+    raise AssertionError(f"no XLA compilation of the train step in worker {pid}'s lines (JAX_LOG_COMPILES unset?)")
+
+
+def maxtext_step_seconds(tensorboard_dir: Path | str) -> list[dict[int, float]]:
+    """MaxText's own ``perf/step_time_seconds`` per step, one map per event file (one per worker group that
+    wrote any), in the order they were written."""
+    import fsspec
+    from tensorboardX.proto import event_pb2
+
+    from training.report import _records
+
+    fs, root = fsspec.core.url_to_fs(str(tensorboard_dir))
+    out = []
+    for path in sorted(fs.glob(f"{root.rstrip('/')}/**/events.out.tfevents.*")):
+        seconds = {}
+        for body in _records(fs.cat_file(path)):
+            event = event_pb2.Event.FromString(body)
+            # tensorboardX's add_scalar, which MaxText writes with, stores a simple_value
+            seconds.update({int(event.step): value.simple_value for value in event.summary.value
+                            if value.tag == STEP_TIME})
+        if seconds:
+            out.append(seconds)
+    return out
 
 
 def committed_checkpoints(directory: Path) -> list[int]:

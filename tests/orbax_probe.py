@@ -7,7 +7,8 @@ It prints one JSON line.
 ``torn <dir>``: saves steps 0 and 4 with MaxText's own ``create_orbax_checkpoint_manager`` (Orbax's v1
 training Checkpointer), then leaves what a save lost half-way leaves: a step 8 with some of step 4's
 files and no commit marker (on a local path, the final name is what a torn GCS FUSE rename shows). Prints
-the step a new manager would restore (``latest``) and the steps it lists.
+the step a new manager would restore (``latest``), the steps it lists, and whether Orbax took the bucket
+for a hierarchical-namespace one (its folder-based listing and deletion) or a flat one.
 
 ``time <dir> <MiB> ...``: saves and restores a state of each size (float32 arrays of 16 MiB at most, as
 MaxText's sharded parameters), three times each, and prints the median seconds.
@@ -39,6 +40,7 @@ def state(mib: int, seed: int = 0) -> dict:
 
 def torn(directory: str) -> dict:
     import fsspec
+    from orbax.checkpoint._src.path import gcs_utils
 
     from maxtext.common.checkpointing import latest_step
 
@@ -55,7 +57,9 @@ def torn(directory: str) -> dict:
         fs.pipe_file(f"{root}/8/{name}", fs.cat_file(f"{root}/4/{name}"))
     reader = manager(directory)
     return {"latest": latest_step(reader), "steps": [c.step for c in reader.checkpoints],
-            "complete_files": complete, "torn_files": copied}
+            "complete_files": complete, "torn_files": copied,
+            # None for a bucket that does not say: Orbax branches on its truth.
+            "hierarchical_namespace": bool(gcs_utils.is_hierarchical_namespace_enabled(directory))}
 
 
 def timings(directory: str, sizes: list[int], repeats: int = 3) -> dict:

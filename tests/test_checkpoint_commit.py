@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+from components.gcs_workload_identity import DEFAULT_HIERARCHICAL_NAMESPACE
 from tests.conftest import REPO_ROOT
 from tests.gcs_emulator import GcsEmulator
 
@@ -49,6 +50,8 @@ def probe(tmp_path_factory):
 def test_a_step_without_its_commit_marker_is_skipped_on_gs(probe):
     run, _ = probe
     result = run("torn", "gs://commit-probe/run/checkpoints")
+    # Orbax asked the bucket and took the flat-namespace path: the one a stack's default bucket gets.
+    assert result["hierarchical_namespace"] is DEFAULT_HIERARCHICAL_NAMESPACE is False
     assert "commit_success.txt" in result["complete_files"] and "commit_success.txt" not in result["torn_files"]
     assert "_CHECKPOINT_METADATA" in result["torn_files"]  # step 8 is there, half written
     assert (result["latest"], result["steps"]) == (4, [0, 4])  # and a restore takes step 4
@@ -59,3 +62,20 @@ def test_on_a_local_path_the_same_torn_step_would_be_restored(probe):
     run, out = probe
     result = run("torn", str(out / "local" / "checkpoints"))
     assert (result["latest"], result["steps"]) == (8, [0, 4, 8])
+
+
+def test_the_tpu_workers_install_what_orbax_imports_on_a_hierarchical_bucket():
+    """Opting into a hierarchical namespace (``bucketHierarchicalNamespace``) needs no extra package on the
+    workers: Orbax imports ``google.cloud.storage_control_v2`` to delete folders, and the ``maxtext[tpu]``
+    the workers install requires it. The folder paths themselves are not run here (the emulator has none)."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    from core.job_spec import DEFAULT_MAXTEXT_PACKAGE
+
+    extra = Requirement(DEFAULT_MAXTEXT_PACKAGE).extras
+    wanted = [r for r in map(Requirement, requires("maxtext")) if r.marker and any(
+        r.marker.evaluate({"extra": e}) for e in extra)]
+    assert "google-cloud-storage-control" in {r.name for r in wanted}
+    assert "google-cloud-storage-control" not in {r.name for r in map(Requirement, requires("maxtext")) if not r.marker}

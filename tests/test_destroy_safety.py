@@ -35,11 +35,11 @@ def test_dev_stack_opts_out_of_cluster_protection_but_keeps_the_bucket(dev_run):
 
 # --- the bucket's namespace: chosen at creation, never a reason to replace the bucket ------------
 
-FLAT_BUCKET = {BUCKET: {"hierarchicalNamespace": {"enabled": False}}}
-"""A bucket this stack created before it asked for a hierarchical namespace (what the provider reads back)."""
+HNS_BUCKET = {BUCKET: {"hierarchicalNamespace": {"enabled": True}}}
+"""A bucket this stack created when its default was a hierarchical namespace (what the provider reads back)."""
 
 
-@pytest.mark.parametrize(("setting", "enabled"), [(None, True), ("true", True), ("false", False)])
+@pytest.mark.parametrize(("setting", "enabled"), [(None, False), ("true", True), ("false", False)])
 def test_a_new_bucket_gets_the_namespace_the_config_asks_for(run_stack, setting, enabled):
     run = run_stack(bucketHierarchicalNamespace=setting)
     assert run.one(BUCKET).inputs["hierarchicalNamespace"] == {"enabled": enabled}
@@ -47,23 +47,23 @@ def test_a_new_bucket_gets_the_namespace_the_config_asks_for(run_stack, setting,
     assert not [m for level, m in run.logs if level == "warning" and "namespace" in m]
 
 
-def test_an_existing_flat_bucket_is_kept_and_the_preview_says_so(dev_config):
+def test_an_existing_hierarchical_bucket_is_kept_and_the_preview_says_so(dev_config):
     """Cloud Storage cannot convert a bucket and the provider would replace it: create-before-delete
     on a taken name fails, and retain_on_delete would orphan the checkpoints. The stack ignores the
     setting for an existing bucket, reports what it has, and warns."""
     from stack.mock_engine import MockGke, run_offline
 
-    run = run_offline(dev_config, gke=MockGke(existing_state=FLAT_BUCKET))
+    run = run_offline(dev_config, gke=MockGke(existing_state=HNS_BUCKET))
     bucket = run.one(BUCKET)
     assert bucket.ignore_changes == ["hierarchicalNamespace"] and bucket.retain_on_delete
-    assert run.outputs["bucketHierarchicalNamespace"] is False
+    assert run.outputs["bucketHierarchicalNamespace"] is True
     assert run.outputs["checkpointDir"] == "gs://my-tpu-project-maxtext-checkpoints"  # runs still write there
     (warning,) = [m for level, m in run.logs if level == "warning" and "namespace" in m]
-    assert "bucket my-tpu-project-maxtext-checkpoints has a flat namespace and keeps it" in warning
-    assert "Moving checkpoints to a hierarchical-namespace bucket" in warning
-    # Saying false for it is how to acknowledge the flat bucket: no warning then.
-    quiet = run_offline({**dev_config, "gke-ray-tpu:bucketHierarchicalNamespace": "false"},
-                        gke=MockGke(existing_state=FLAT_BUCKET))
+    assert "bucket my-tpu-project-maxtext-checkpoints has a hierarchical namespace and keeps it" in warning
+    assert "not tested here" in warning and "Moving checkpoints to a new bucket" in warning
+    # Saying true for it is how to acknowledge the hierarchical bucket: no warning then.
+    quiet = run_offline({**dev_config, "gke-ray-tpu:bucketHierarchicalNamespace": "true"},
+                        gke=MockGke(existing_state=HNS_BUCKET))
     assert not [m for level, m in quiet.logs if level == "warning" and "namespace" in m]
 
 

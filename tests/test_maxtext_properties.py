@@ -22,8 +22,6 @@ from training import submit
 from training.driver import local_ray
 from training.worker.trainer import worker_argv
 
-pytestmark = pytest.mark.skipif(installed() is None, reason="MaxText is not installed (requirements.txt)")
-
 PRESET = get_preset("tiny-cpu")
 TAKEN = {
     "steps": [1, 20], "per_device_batch_size": [0.5, 2], "learning_rate": [1e-4], "max_target_length": [32, 4096],

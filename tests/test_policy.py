@@ -12,17 +12,16 @@ import json
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 
-pytest.importorskip("pulumi_policy")
-
-from pulumi_policy import (  # noqa: E402
+from pulumi_policy import (
     EnforcementLevel,
     PolicyCustomTimeouts,
     PolicyResourceOptions,
     ResourceValidationArgs,
 )
-from pulumi_policy.proxy import UNKNOWN_NUMBER_VALUE, UnknownValueError, unknown_checking_proxy  # noqa: E402
+from pulumi_policy.proxy import UNKNOWN_NUMBER_VALUE, UnknownValueError, unknown_checking_proxy
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -93,7 +92,6 @@ def test_config_schema_defaults_match_code_defaults():
 
 
 def test_every_config_key_is_described_and_its_default_fits_its_own_schema():
-    jsonschema = pytest.importorskip("jsonschema")
     keys = [(p.name, key, spec) for p in P.POLICIES if p.config_schema
             for key, spec in p.config_schema.properties.items()]
     assert len(keys) == 12
@@ -521,7 +519,6 @@ def test_unknown_values_propagate_to_the_sdk_instead_of_passing_silently():
 
 
 def test_example_policy_pack_config_matches_the_schemas():
-    jsonschema = pytest.importorskip("jsonschema")
     example = json.loads((ROOT / "policy" / "config.example.json").read_text())
     by_name = {p.name: p for p in P.POLICIES}
     assert set(example) <= set(by_name)

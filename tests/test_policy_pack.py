@@ -14,14 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grpc
 import pytest
-
-pytest.importorskip("pulumi_policy")
-
-import grpc  # noqa: E402
-from google.protobuf import empty_pb2, struct_pb2  # noqa: E402
-from pulumi.runtime import proto  # noqa: E402
-from pulumi.runtime.proto import analyzer_pb2_grpc  # noqa: E402
+from google.protobuf import empty_pb2, struct_pb2
+from pulumi.runtime import proto
+from pulumi.runtime.proto import analyzer_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
 PACK = ROOT / "policy"

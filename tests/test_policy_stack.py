@@ -21,11 +21,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from pulumi_policy.proxy import unknown_checking_proxy
 
-pytest.importorskip("pulumi_policy")
-from stack import mock_engine as offline  # noqa: E402
-
-from pulumi_policy.proxy import unknown_checking_proxy  # noqa: E402
+from stack import mock_engine as offline
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 import yaml
 
@@ -9,7 +11,7 @@ from components.ray_manifests import ALL_GATHER_FUSION
 from stack.mock_engine import MOCK_CHANNEL_VERSIONS, MOCK_PROJECT_NUMBER
 from stack.resource_tree import with_integers
 from tests.schemas import validate_core, validate_ray_cluster
-from tests.conftest import SHARED
+from tests.conftest import REPO_ROOT
 
 NETWORK = "gcp:compute/network:Network"
 SUBNET = "gcp:compute/subnetwork:Subnetwork"
@@ -121,16 +123,16 @@ def test_tpu_pools_wait_for_the_cluster_and_both_dcn_subnets(dev_run):
         assert {"gke-cluster", "dcn-tpu-subnet-1", "dcn-tpu-subnet-2"} <= names
 
 
-def test_bucket_is_private_uniform_standard_hierarchical_and_kept_on_destroy(dev_run):
+def test_bucket_is_private_uniform_standard_flat_and_kept_on_destroy(dev_run):
     bucket = dev_run.one(BUCKET)
     assert bucket.inputs == {
         "name": "my-tpu-project-maxtext-checkpoints",
         "project": "my-tpu-project",
         "location": "us-east5",
         "storageClass": "STANDARD",
-        "uniformBucketLevelAccess": True,  # also what a hierarchical namespace requires
+        "uniformBucketLevelAccess": True,  # also what a hierarchical namespace would require
         "publicAccessPrevention": "enforced",
-        "hierarchicalNamespace": {"enabled": True},
+        "hierarchicalNamespace": {"enabled": False},  # the namespace the checkpoint drills run against
         "forceDestroy": False,
     }
     assert bucket.retain_on_delete is True
@@ -249,9 +251,14 @@ def test_ray_cluster_waits_for_slices_storage_and_claim(dev_run):
         {"storage-bucket"}, {"storage-bucket"}]
 
 
-@pytest.mark.skipif(not (SHARED / "reference").is_dir(), reason="the tutorial's manifests live in ../shared/reference")
+TUTORIAL_MANIFEST = REPO_ROOT / "tests" / "fixtures" / "tutorial" / "ray-cluster.tpu-multi-slice.yaml"
+TUTORIAL_SHA256 = "b70765da206cdc77ecba54a38fcbcbb783b6d72fc8bfd4d6e0acb65acb2dc9fd"
+"""The published file's digest (tests/fixtures/tutorial/README.md): the fixture is the tutorial's, unedited."""
+
+
 def test_ray_cluster_equals_the_tutorial_manifest_except_documented_changes(ray_cluster):
-    text = (SHARED / "reference" / "ray-cluster.tpu-multi-slice.yaml").read_text()
+    assert hashlib.sha256(TUTORIAL_MANIFEST.read_bytes()).hexdigest() == TUTORIAL_SHA256
+    text = TUTORIAL_MANIFEST.read_text()
     text = text.replace("${KSA_NAME}", "ray-tpu-ksa").replace("${GS_BUCKET}", "my-tpu-project-maxtext-checkpoints")
     tutorial = next(d for d in yaml.safe_load_all(text) if d and d["kind"] == "RayCluster")
 
@@ -284,7 +291,7 @@ def test_stack_outputs_feed_the_submit_step(dev_run):
         "namespace": "default",
         "ksaName": "ray-tpu-ksa",
         "bucketName": "my-tpu-project-maxtext-checkpoints",
-        "bucketHierarchicalNamespace": True,
+        "bucketHierarchicalNamespace": False,
         "checkpointDir": "gs://my-tpu-project-maxtext-checkpoints",
         "rayClusterName": "maxtext-tpu-cluster",
         "rayHeadService": "maxtext-tpu-cluster-head-svc",

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import check_jsonschema
+import jsonschema
 import pytest
 import yaml
 
@@ -71,13 +73,11 @@ def test_plain_pyyaml_would_turn_on_into_true_so_we_load_like_github(text, workf
 
 
 def _vendored_schema(name: str) -> dict:
-    check_jsonschema = pytest.importorskip("check_jsonschema")
     base = Path(check_jsonschema.__file__).parent / "builtin_schemas"
     return json.loads((base / name).read_text())
 
 
 def test_workflow_matches_the_github_workflow_schema(workflow):
-    jsonschema = pytest.importorskip("jsonschema")
     schema = _vendored_schema("vendor/github-workflows.json")
     assert schema["$id"] == "https://json.schemastore.org/github-workflow.json"
     errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(workflow), key=lambda e: list(e.path))
@@ -85,13 +85,11 @@ def test_workflow_matches_the_github_workflow_schema(workflow):
 
 
 def test_every_job_has_a_timeout(workflow):
-    jsonschema = pytest.importorskip("jsonschema")
     schema = _vendored_schema("custom/github-workflows-require-timeout.json")
     assert list(jsonschema.Draft7Validator(schema).iter_errors(workflow)) == []
 
 
 def test_check_jsonschema_cli_accepts_the_workflow():
-    pytest.importorskip("check_jsonschema")
     result = subprocess.run(
         [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)],
         capture_output=True,
@@ -102,7 +100,6 @@ def test_check_jsonschema_cli_accepts_the_workflow():
 
 
 def test_schema_validation_catches_a_broken_workflow(workflow):
-    jsonschema = pytest.importorskip("jsonschema")
     schema = _vendored_schema("vendor/github-workflows.json")
     broken = json.loads(json.dumps(workflow))
     broken["jobs"]["preview"]["permissions"]["id-token"] = "admin"
