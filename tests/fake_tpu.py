@@ -43,7 +43,7 @@ from training.driver.stack_outputs import StackOutputs, from_mapping
 from training.driver.submission import Submission, for_cluster
 from training.worker.trainer import TPU_HOST_LINE
 from tests.conftest import REPO_ROOT, with_keys
-from tests.drill import Drill, committed_checkpoints
+from tests.drill import PACED_MODEL, Drill, committed_checkpoints
 
 TEST_STACK = {"tpuGeneration": "v5p", "tpuTopology": "2x2x2", "dcnCidrs": None, "runs": None}
 """The dev stack with 2 hosts a slice (v5p-16) instead of 4, so 2 slices are 4 Ray nodes on 2 cores: no DCN
@@ -168,6 +168,15 @@ def submission(stack: TpuStack, out_dir: Path, run_name: str, **request: object)
         entrypoint=made.entrypoint.replace(module, f"-m {TRAINER_STAND_IN.name} "),
         runtime_env={**env, "py_modules": [*env["py_modules"], str(TRAINER_STAND_IN)]},
     )
+
+
+def elastic_job(stack: TpuStack, out_dir: Path, run_name: str, steps: int, checkpoint_period: int) -> Submission:
+    """The elastic job (1 slice up to all of them) of the drill's paced model, so a kill window shows in the log."""
+    from core.maxtext import parse_value
+
+    paced = {key: parse_value(value) for key, value in (item.split("=", 1) for item in PACED_MODEL)}
+    return submission(stack, out_dir, run_name, elastic=True,
+                      overrides={"steps": steps, "checkpoint_period": checkpoint_period, **paced})
 
 
 def submit(address: str, job: Submission, env_vars: Mapping[str, str] = ()) -> str:

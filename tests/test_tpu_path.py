@@ -25,10 +25,8 @@ import pytest
 
 from core import parallelism
 from core.job_spec import COLD_START_TIMEOUT_S
-from core.maxtext import parse_value
-from tests.drill import PACED_MODEL
 from tests.fake_tpu import (
-    TEST_STACK, FakeTpuCluster, hosts_by_group, lose_a_slice, read_job, submission, submit, tpu_stack, wait_for_end,
+    TEST_STACK, FakeTpuCluster, elastic_job, hosts_by_group, lose_a_slice, read_job, submission, submit, tpu_stack, wait_for_end,
 )
 from tests.fake_tpu_job.__main__ import SLICE_WAIT_ENV
 
@@ -74,9 +72,7 @@ def late_slices(cluster, cold_stack, tmp_path_factory):
 @pytest.fixture(scope="module")
 def slice_loss(late_slices, cluster, stack, tmp_path_factory):
     out = tmp_path_factory.mktemp("elastic")
-    paced = {k: parse_value(v) for k, v in (item.split("=", 1) for item in PACED_MODEL)}
-    job = submission(stack, out, "fake-tpu-elastic", elastic=True,
-                     overrides={"steps": ELASTIC_STEPS, "checkpoint_period": PERIOD, **paced})
+    job = elastic_job(stack, out, "fake-tpu-elastic", ELASTIC_STEPS, PERIOD)
     return lose_a_slice(cluster, job, lost=cluster.slice_names()[-1], timeout_s=JOB_TIMEOUT_S)
 
 

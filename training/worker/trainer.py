@@ -69,16 +69,28 @@ def train_loop_per_worker(config: dict) -> None:
     if config["backend"] == "cpu":
         _initialize_jax_on_cpu()
     else:
-        _report_tpu_host()
+        _report_tpu_host(config["hosts_per_slice"])
     from maxtext.trainers.pre_train.train import main as maxtext_main
 
     maxtext_main(config["argv"])
 
 
-def _report_tpu_host() -> None:
+def _report_tpu_host(hosts_per_slice: int) -> None:
+    """Print what Ray Train gave this worker, after settling a 1-slice group's multislice settings.
+
+    Ray Train sets MEGASCALE_NUM_SLICES, _SLICE_ID and _COORDINATOR_ADDRESS for groups of 2 slices or
+    more only. A group of one (an elastic run down to one slice) keeps the pod's, and the stack's pods
+    say numSlices: libtpu would wait for slices this group does not have. Seen on the fake-TPU cluster
+    (tests/test_tpu_path.py). libtpu reads them when JAX creates its TPU backend, on MaxText's first
+    call, after this (Ray's jax.distributed.initialize does not create it); not seen on a TPU.
+    """
     import ray.train
 
     context = ray.train.get_context()
+    if context.get_world_size() <= hosts_per_slice:
+        os.environ["MEGASCALE_NUM_SLICES"] = "1"
+        for key in ("MEGASCALE_SLICE_ID", "MEGASCALE_COORDINATOR_ADDRESS"):
+            os.environ.pop(key, None)
     items = {"rank": context.get_world_rank(), "world": context.get_world_size(),
              **{key: os.environ.get(key, "") for key in (*_SLICE_ENV, *_MULTISLICE_ENV)}}
     print(TPU_HOST_LINE, " ".join(f"{key}={value}" for key, value in items.items()), flush=True)
@@ -205,7 +217,8 @@ def build_trainer(spec: JobSpec):
 
     return JaxTrainer(
         train_loop_per_worker=train_loop_per_worker,
-        train_loop_config={"argv": worker_argv(spec), "backend": spec.backend},
+        train_loop_config={"argv": worker_argv(spec), "backend": spec.backend,
+                           "hosts_per_slice": spec.shape().hosts if spec.backend == "tpu" else 1},
         scaling_config=scaling_config(spec),
         run_config=run_config(spec),
     )
