@@ -57,7 +57,7 @@ ON_CPU = {"hardware": "cpu", "model_name": "default", "ici_fsdp_parallelism": -1
 worker, one FSDP axis filled in over them (as in a slice) and data parallelism over DCN left to MaxText (-1)."""
 TRAINER_STAND_IN = REPO_ROOT / "tests" / "fake_tpu_job"
 RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
-START_ATTEMPTS = 3
+START_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,8 @@ JOB_TIMEOUT_S = 900
 SHORT_WAIT_S = 15
 """The never-coming slice's wait: the worker-group start timeout and the trainer's SLICE_WAIT_S (both 900 s
 on a scale-to-zero stack) cut to this, so two waits fail the run."""
+START_BOUND_S = 300
+"""A bound on starting a job's driver and Ray Train's controller on a loaded 2-core machine."""
 
 
 @pytest.fixture(scope="module")
@@ -151,5 +153,5 @@ def test_a_slice_that_never_comes_fails_the_run_once_the_wait_ends(slice_loss, c
     took = time.monotonic() - started
     log, progress = read_job(cluster.address, sid)
     assert status == "FAILED" and not progress.steps, log[-3000:]
-    assert 2 * SHORT_WAIT_S <= took < 2 * SHORT_WAIT_S + 120, took
+    assert 2 * SHORT_WAIT_S <= took < 2 * SHORT_WAIT_S + START_BOUND_S, took
     assert "Ray Train could not place 4 workers (v5p-16 slices) in 30 s (2 waits)" in log, log[-3000:]
