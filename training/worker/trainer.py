@@ -50,12 +50,12 @@ TPU_HOST_LINE = "[trainer] TPU host:"
 """Each TPU worker's line of what Ray Train gave it (``key=value`` items follow): the slice it is on and
 its multislice settings, read back by tests/test_tpu_path.py and by whoever reads a job's log."""
 _SLICE_ENV = ("TPU_NAME", "TPU_WORKER_ID")
+_MULTISLICE_ENV = ("MEGASCALE_SLICE_ID", "MEGASCALE_NUM_SLICES", "MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_PORT")
 SLICE_WAIT_S = 2 * COLD_START_TIMEOUT_S
 """How long a run waits, in all, for workers Ray Train cannot place before it fails: two of GKE's
 15-minute scale-up attempts (a cold start asks again once). Ray Train retries a worker group whose
 start timed out without limit (``FailureConfig.controller_failure_limit=-1``), so a slice that never
 comes would otherwise leave the job RUNNING for ever (tests/test_tpu_path.py)."""
-_MULTISLICE_ENV = ("MEGASCALE_SLICE_ID", "MEGASCALE_NUM_SLICES", "MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_PORT")
 
 
 def train_loop_per_worker(config: dict) -> None:
