@@ -155,3 +155,12 @@ def test_a_slice_that_never_comes_fails_the_run_once_the_wait_ends(slice_loss, c
     assert status == "FAILED" and not progress.steps, log[-3000:]
     assert 2 * SHORT_WAIT_S <= took < 2 * SHORT_WAIT_S + START_BOUND_S, took
     assert "Ray Train could not place 4 workers (v5p-16 slices) in 30 s (2 waits)" in log, log[-3000:]
+
+
+@pytest.mark.parametrize("wait_s", [7, 20, 900, 1800, 4000])
+def test_the_trainer_allows_as_many_start_waits_as_fit_in_its_wait_for_slices(wait_s, monkeypatch):
+    from training.worker import trainer
+
+    monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", str(wait_s))
+    waits = trainer.start_retries() + 1
+    assert (waits - 1) * wait_s < trainer.SLICE_WAIT_S <= waits * wait_s  # the last wait ends at or past it
