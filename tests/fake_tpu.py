@@ -108,7 +108,7 @@ class FakeTpuCluster(Started):
     def __init__(self, stack: TpuStack, out_dir: Path):
         self.stack = stack
         self.out_dir = out_dir
-        self.head = LocalRayHead(num_cpus=1, log_path=out_dir / "ray-head.log", multi_node=True)
+        self.head: LocalRayHead | None = None
         self.slices: dict[str, list[LocalRayNode]] = {}
 
     @property
@@ -119,7 +119,32 @@ class FakeTpuCluster(Started):
         return [f"slice-{chr(ord('a') + i)}" for i in range(self.stack.slices)]
 
     def _start(self) -> None:
-        self.head.__enter__()
+        """Start the head, again if its raylet did not register in Ray's fixed 30 s (``ray start`` then exits,
+        after its dashboard may have answered)."""
+        for attempt in range(START_ATTEMPTS):
+            self.head = LocalRayHead(num_cpus=1, log_path=self.out_dir / f"ray-head.{attempt}.log", multi_node=True)
+            try:
+                self.head.__enter__()
+                self._wait_for_the_head_node()
+                return
+            except ClusterError:
+                self.head.stop()
+                if attempt == START_ATTEMPTS - 1:
+                    raise
+
+    def _wait_for_the_head_node(self) -> None:
+        from ray.util.state import list_nodes
+        from ray.util.state.exception import RayStateApiException
+
+        deadline = time.monotonic() + 60
+        while self.head._proc.poll() is None and time.monotonic() < deadline:
+            try:
+                if list_nodes(address=self.head.address, filters=[("state", "=", "ALIVE")]):
+                    return
+            except RayStateApiException:
+                pass
+            time.sleep(0.5)
+        raise ClusterError(f"the fake-TPU cluster's head did not register (log: {self.head.log_path})")
 
     def start_slice(self, name: str) -> list[LocalRayNode]:
         """Start the hosts of slice ``name``, one after the other. A raylet that has not registered within Ray's
@@ -148,7 +173,8 @@ class FakeTpuCluster(Started):
         for nodes in self.slices.values():
             for node in nodes:
                 node.kill()
-        self.head.stop()
+        if self.head is not None:
+            self.head.stop()
 
 
 def submission(stack: TpuStack, out_dir: Path, run_name: str, **request: object) -> Submission:
