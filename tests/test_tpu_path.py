@@ -13,7 +13,7 @@ with only the stand-ins ``tests/fake_tpu.py`` names. In order, on one cluster:
    1-slice settings, resumes from its checkpoint, and the goodput accounting shows the recovery;
 3. a job of 2 slices when only one is left: it fails once the wait for slices ends, saying why.
 
-Slow (several real MaxText runs on 4 CPU processes): see docs/verified.md for its cost.
+Slow: a cluster of 5 Ray nodes, two MaxText runs on 4 CPU processes (one losing a slice) and a job that waits.
 """
 
 from __future__ import annotations
