@@ -29,6 +29,12 @@ start timing out after Ray Train's default 60 s while the dead node still
 counted; the job now sets RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S=20), 3 steps
 lost, the new group 1 worker, restoring the checkpoint the 2 workers wrote (Orbax
 reshards it); its compile hits the cache only partly (another device count).
+
+``--lose slice`` runs the trainer's TPU branch instead, on a fake-TPU Ray cluster
+(``tests/fake_tpu.py``): one local Ray node per host of the dev stack's 2 slices
+(2 x v6e-16, 8 nodes; ``--small-slices``: 2 x v5p-16, 4 nodes), the elastic job
+the submit command builds for that stack (1..2 slices), JAX on CPU, and every
+host of the second slice SIGKILLed mid-run: the job must finish on the first.
 """
 
 from __future__ import annotations
@@ -56,14 +62,17 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--checkpoint-period", type=int, default=4)
     parser.add_argument("--rank", type=int, default=0, help="world rank of the worker to kill (0 hosts JAX's coordinator)")
-    parser.add_argument("--lose", choices=("worker", "node"), default="worker")
+    parser.add_argument("--lose", choices=("worker", "node", "slice"), default="worker")
+    parser.add_argument("--small-slices", action="store_true", help="--lose slice: 2 hosts a slice, not 4")
     args = parser.parse_args()
     # The workers inherit the local head's environment: JAX logs each XLA compilation and its time.
     os.environ["JAX_LOG_COMPILES"] = "1"
     with tempfile.TemporaryDirectory(prefix="bench-elastic-") as tmp:
         out = Path(tmp)
         drill = dict(steps=args.steps, checkpoint_period=args.checkpoint_period)
-        if args.lose == "worker":
+        if args.lose == "slice":
+            d = _lose_a_slice(out, args)
+        elif args.lose == "worker":
             with LocalRayHead(num_cpus=2, log_path=out / "ray-head.log") as head:
                 d = kill_a_worker(head.address, out, "bench-elastic", rank=args.rank, **drill)
         else:
@@ -77,11 +86,13 @@ def main() -> int:
     r = d.recovery()
     step_s = d.median_step_s()
     resumed = d.resumed_group
-    print(f"run: {args.steps} steps, checkpoint_period {args.checkpoint_period}, 2 CPU workers (min 1) on "
-          f"{'1 node' if args.lose == 'worker' else '2 nodes'}; "
+    workers = {"worker": "2 CPU workers (min 1) on 1 node", "node": "2 CPU workers (min 1) on 2 nodes",
+               "slice": f"{d.killed_group.workers} TPU workers (2 fake slices, min 1 slice), one per fake host"}
+    print(f"run: {args.steps} steps, checkpoint_period {args.checkpoint_period}, {workers[args.lose]}; "
           f"wall {d.wall_s:.0f} s, {len(d.progress.steps)} steps completed, job {d.status}")
-    what = f"rank {d.killed_rank} (pid {d.killed_pid})" if d.killed_rank is not None else \
-        f"the second node (ray start pid {d.killed_pid}, all its processes)"
+    what = {"worker": f"rank {d.killed_rank} (pid {d.killed_pid})",
+            "node": f"the second node (ray start pid {d.killed_pid}, all its processes)",
+            "slice": "every host of the second slice (all their processes)"}[args.lose]
     print(f"killed {what} at {clock(d.killed_at)}, the log at step "
           f"{d.last_step_seen}; the group's last step {max(d.killed_group.steps)}; "
           f"committed checkpoints: {d.checkpoints_at_kill}")
@@ -98,6 +109,17 @@ def main() -> int:
     print(f"steps lost (run twice): {d.steps_lost} (checkpoint period {args.checkpoint_period})")
     print(f"median step time: {step_s:.3f} s -> recovery = {r['next_step_s'] / step_s:.0f} x step time")
     return 0
+
+
+def _lose_a_slice(out: Path, args):
+    from tests.fake_tpu import BENCH_STACK, TEST_STACK, FakeTpuCluster, elastic_job, lose_a_slice, tpu_stack
+
+    stack = tpu_stack(**(TEST_STACK if args.small_slices else BENCH_STACK))
+    job = elastic_job(stack, out, "bench-slice-loss", args.steps, args.checkpoint_period)
+    with FakeTpuCluster(stack, out) as cluster:
+        for name in cluster.slice_names():
+            cluster.start_slice(name)
+        return lose_a_slice(cluster, job, lost=cluster.slice_names()[-1], timeout_s=1800)
 
 
 if __name__ == "__main__":

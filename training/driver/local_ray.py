@@ -10,6 +10,7 @@ whole node (``tests/drill.py``).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -190,13 +191,20 @@ _NODE_PORT_FLAGS = (
 
 class LocalRayNode(Started):
     """``with LocalRayNode(head, num_cpus=1, log_path=...) as node:`` a worker node of ``head``;
-    ``node.kill()`` SIGKILLs all its processes at once, as when a VM is reclaimed."""
+    ``node.kill()`` SIGKILLs all its processes at once, as when a VM is reclaimed. ``env`` is more
+    environment for the node and its workers (what a pod's spec and GKE's webhooks give it), ``resources``
+    its custom resources (``ray start --resources``)."""
 
-    def __init__(self, head: LocalRayHead, num_cpus: int, log_path: Path, startup_timeout_s: float = 120.0):
+    def __init__(
+        self, head: LocalRayHead, num_cpus: int, log_path: Path, startup_timeout_s: float = 120.0,
+        env: Mapping[str, str] | None = None, resources: Mapping[str, float] | None = None,
+    ):
         self.head = head
         self.num_cpus = num_cpus
         self.log_path = log_path
         self.startup_timeout_s = startup_timeout_s
+        self.env = dict(env or {})
+        self.resources = dict(resources or {})
         self.proc: subprocess.Popen | None = None
 
     def _alive_nodes(self) -> int | None:
@@ -221,8 +229,9 @@ class LocalRayNode(Started):
             str(bin_dir / "ray"), "start", f"--address={self.head.gcs_address}", "--block",
             "--node-ip-address=127.0.0.1", f"--num-cpus={self.num_cpus}", "--object-store-memory=268435456",
             "--disable-usage-stats", *(f"{flag}={port}" for flag, port in ports.items()),
+            *([f"--resources={json.dumps(self.resources)}"] if self.resources else []),
         ]
-        env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+        env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **self.env)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
                                          cwd=self.head._temp_dir)

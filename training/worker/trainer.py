@@ -25,6 +25,7 @@ The command line is :class:`core.job_spec.JobSpec`'s.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -33,7 +34,7 @@ import sys
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 
 from core.errors import ConfigError  # noqa: E402
-from core.job_spec import TRAINER_MODULE, JobSpec  # noqa: E402
+from core.job_spec import COLD_START_TIMEOUT_S, TRAINER_MODULE, JobSpec  # noqa: E402
 
 WORKER_ENV = {
     # Cache every compiled program in MaxText's jax_cache_dir: JAX skips programs that compile
@@ -44,6 +45,17 @@ WORKER_ENV = {
     "TRANSFORMERS_VERBOSITY": "error",
 }
 CPU_WORKER_ENV = {**WORKER_ENV, "JAX_PLATFORMS": "cpu"}
+
+TPU_HOST_LINE = "[trainer] TPU host:"
+"""Each TPU worker's line of what Ray Train gave it (``key=value`` items follow): the slice it is on and
+its multislice settings, read back by tests/test_tpu_path.py and by whoever reads a job's log."""
+_SLICE_ENV = ("TPU_NAME", "TPU_WORKER_ID")
+_MULTISLICE_ENV = ("MEGASCALE_SLICE_ID", "MEGASCALE_NUM_SLICES", "MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_PORT")
+SLICE_WAIT_S = 2 * COLD_START_TIMEOUT_S
+"""How long a run waits, in all, for workers Ray Train cannot place before it fails: two of GKE's
+15-minute scale-up attempts (a cold start asks again once). Ray Train retries a worker group whose
+start timed out without limit (``FailureConfig.controller_failure_limit=-1``), so a slice that never
+comes would otherwise leave the job RUNNING for ever (tests/test_tpu_path.py)."""
 
 
 def train_loop_per_worker(config: dict) -> None:
@@ -56,9 +68,32 @@ def train_loop_per_worker(config: dict) -> None:
     absl_logging.use_absl_handler()
     if config["backend"] == "cpu":
         _initialize_jax_on_cpu()
+    else:
+        _report_tpu_host(config["hosts_per_slice"])
     from maxtext.trainers.pre_train.train import main as maxtext_main
 
     maxtext_main(config["argv"])
+
+
+def _report_tpu_host(hosts_per_slice: int) -> None:
+    """Print what Ray Train gave this worker, after settling a 1-slice group's multislice settings.
+
+    Ray Train sets MEGASCALE_NUM_SLICES, _SLICE_ID and _COORDINATOR_ADDRESS for groups of 2 slices or
+    more only. A group of one (an elastic run down to one slice) keeps the pod's, and the stack's pods
+    say numSlices: libtpu would wait for slices this group does not have. Seen on the fake-TPU cluster
+    (tests/test_tpu_path.py). libtpu reads them when JAX creates its TPU backend, on MaxText's first
+    call, after this (Ray's jax.distributed.initialize does not create it); not seen on a TPU.
+    """
+    import ray.train
+
+    context = ray.train.get_context()
+    if context.get_world_size() <= hosts_per_slice:
+        os.environ["MEGASCALE_NUM_SLICES"] = "1"
+        for key in ("MEGASCALE_SLICE_ID", "MEGASCALE_COORDINATOR_ADDRESS"):
+            os.environ.pop(key, None)
+    items = {"rank": context.get_world_rank(), "world": context.get_world_size(),
+             **{key: os.environ.get(key, "") for key in (*_SLICE_ENV, *_MULTISLICE_ENV)}}
+    print(TPU_HOST_LINE, " ".join(f"{key}={value}" for key, value in items.items()), flush=True)
 
 
 def _initialize_jax_on_cpu() -> None:
@@ -143,6 +178,20 @@ def scaling_config(spec: JobSpec):
     )
 
 
+def start_retries() -> int:
+    """Worker-group start timeouts Ray Train may retry: as many as fit in SLICE_WAIT_S after the first.
+
+    Ray counts them over the whole run and never resets the count, so each recovery that waited out a
+    start timeout (after a lost host, Ray still counts it for a while) uses one up.
+    """
+    from ray.train.v2._internal.constants import (
+        DEFAULT_WORKER_GROUP_START_TIMEOUT_S, WORKER_GROUP_START_TIMEOUT_S_ENV_VAR,
+    )
+
+    wait = float(os.environ.get(WORKER_GROUP_START_TIMEOUT_S_ENV_VAR, DEFAULT_WORKER_GROUP_START_TIMEOUT_S))
+    return max(0, math.ceil(SLICE_WAIT_S / wait) - 1)
+
+
 def run_config(spec: JobSpec):
     from ray.train.v2.api.config import FailureConfig, RunConfig
 
@@ -158,7 +207,7 @@ def run_config(spec: JobSpec):
     return RunConfig(
         name=spec.run_name,
         storage_path=spec.storage_path,
-        failure_config=FailureConfig(max_failures=spec.failures_allowed),
+        failure_config=FailureConfig(max_failures=spec.failures_allowed, controller_failure_limit=start_retries()),
         worker_runtime_env=worker_env,
     )
 
@@ -168,7 +217,8 @@ def build_trainer(spec: JobSpec):
 
     return JaxTrainer(
         train_loop_per_worker=train_loop_per_worker,
-        train_loop_config={"argv": worker_argv(spec), "backend": spec.backend},
+        train_loop_config={"argv": worker_argv(spec), "backend": spec.backend,
+                           "hosts_per_slice": spec.shape().hosts if spec.backend == "tpu" else 1},
         scaling_config=scaling_config(spec),
         run_config=run_config(spec),
     )
@@ -188,7 +238,22 @@ def main(argv: list[str] | None = None) -> int:
         f"max_failures={spec.failures_allowed}",
         flush=True,
     )
-    build_trainer(spec).fit()
+    from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
+    from ray.train.v2.api.exceptions import ControllerError
+
+    try:
+        build_trainer(spec).fit()
+    except ControllerError as e:
+        if not isinstance(e.controller_failure, WorkerGroupStartupTimeoutError):
+            raise
+        where = f"{spec.shape().pod_type} slices" if spec.backend == "tpu" else "CPU workers"
+        print(
+            f"training {spec.run_name}: error: Ray Train could not place {e.controller_failure.num_workers} "
+            f"workers ({where}) in {SLICE_WAIT_S:.0f} s ({start_retries() + 1} waits): the capacity did not "
+            f"come (check the TPU node pools and the autoscaler). Ray Train: {e.controller_failure}",
+            file=sys.stderr, flush=True,
+        )
+        return 1
     print(f"training {spec.run_name}: complete", flush=True)
     return 0
 

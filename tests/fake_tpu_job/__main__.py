@@ -1,0 +1,43 @@
+"""The job's entry point on a fake-TPU Ray cluster (``tests/fake_tpu.py``): ``training.worker.trainer``
+with the argv a TPU stack's job has, and one piece of it stood in.
+
+The TPU workers' runtime env installs ``maxtext[tpu]`` (with libtpu) through uv, which needs PyPI and a
+TPU host; here the workers run the MaxText of this venv with JAX on CPU instead. Everything else, the
+ScalingConfig (use_tpu, topology, accelerator type, TPU per worker, SPREAD), the FailureConfig and the
+rest of the RunConfig, is the trainer's own. Shipped to the job as a package of its own (``py_modules``), run as ``python -m fake_tpu_job``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from training.worker import trainer
+
+CPU_STAND_IN_ENV = {**trainer.WORKER_ENV, "JAX_PLATFORMS": "cpu"}
+"""The workers' environment in place of the uv install: the trainer's own variables, JAX on CPU."""
+SLICE_WAIT_ENV = "FAKE_TPU_SLICE_WAIT_S"
+"""Set by a test to shorten the trainer's wait for slices that do not come (GKE's 15 minutes)."""
+
+
+def _stand_in_run_config(spec):
+    config = _trainer_run_config(spec)
+    packages = config.worker_runtime_env.get("uv", {}).get("packages")
+    if packages != [spec.maxtext_package]:
+        raise AssertionError(f"the TPU workers' runtime env changed: {config.worker_runtime_env}")
+    config.worker_runtime_env = {"env_vars": CPU_STAND_IN_ENV}
+    return config
+
+
+_trainer_run_config = trainer.run_config
+
+
+def main() -> int:
+    trainer.run_config = _stand_in_run_config
+    if SLICE_WAIT_ENV in os.environ:
+        trainer.SLICE_WAIT_S = float(os.environ[SLICE_WAIT_ENV])
+    return trainer.main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""The trainer's TPU branch on a fake-TPU Ray cluster (``tests/fake_tpu.py``): Ray Train's own slice
+reservation, worker placement, multislice settings and elastic recovery, with the stack's configuration.
+
+The dev stack with 2-host slices (v5p-16), run offline, gives the slices, the TPU pods' environment and the
+outputs the submit command reads; every job is the one ``for_cluster`` builds from them (the ScalingConfig
+``use_tpu=True, topology, accelerator_type, resources_per_worker={"TPU": 4}, placement_strategy="SPREAD"``),
+with only the stand-ins ``tests/fake_tpu.py`` names. In order, on one cluster:
+
+1. a job of 2 slices submitted before any TPU host exists (a scale-to-zero stack's cold start): the slices
+   come up afterwards and Ray Train places one worker per host, each slice on its own slice's hosts, with
+   the multislice settings MaxText needs;
+2. an elastic job (1..2 slices) that loses every host of one slice mid-run: it continues on the other with
+   1-slice settings, resumes from its checkpoint, and the goodput accounting shows the recovery;
+3. a job of 2 slices when only one is left: it fails once the wait for slices ends, saying why.
+
+Slow: a cluster of 5 Ray nodes, two MaxText runs on 4 CPU processes (one losing a slice) and a job that waits.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from core import parallelism
+from core.job_spec import COLD_START_TIMEOUT_S
+from tests.fake_tpu import (
+    TEST_STACK, FakeTpuCluster, elastic_job, hosts_by_group, lose_a_slice, read_job, submission, submit, tpu_stack, wait_for_end,
+)
+from tests.fake_tpu_job.__main__ import SLICE_WAIT_ENV
+
+ELASTIC_STEPS = 16
+PERIOD = 4
+JOB_TIMEOUT_S = 900
+"""A bound on each job, not an expectation."""
+SHORT_WAIT_S = 15
+"""The never-coming slice's wait: the worker-group start timeout and the trainer's SLICE_WAIT_S (both 900 s
+on a scale-to-zero stack) cut to this, so two waits fail the run."""
+START_BOUND_S = 300
+"""A bound on starting a job's driver and Ray Train's controller on a loaded 2-core machine."""
+
+
+@pytest.fixture(scope="module")
+def stack():
+    return tpu_stack(**TEST_STACK)
+
+
+@pytest.fixture(scope="module")
+def cold_stack():
+    """The same stack, scaling its slices to zero: its jobs wait COLD_START_TIMEOUT_S for them."""
+    return tpu_stack(**TEST_STACK, scaleToZero="true")
+
+
+@pytest.fixture(scope="module")
+def cluster(stack, tmp_path_factory):
+    with FakeTpuCluster(stack, tmp_path_factory.mktemp("fake-tpu")) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def late_slices(cluster, cold_stack, tmp_path_factory):
+    """A static 2-slice job submitted to a cluster with no TPU host; then the slices' hosts are started."""
+    out = tmp_path_factory.mktemp("late")
+    job = submission(cold_stack, out, "fake-tpu-late", overrides={"steps": 3})
+    sid = submit(cluster.address, job)
+    for name in cluster.slice_names():
+        cluster.start_slice(name)
+    status = wait_for_end(cluster.address, sid, JOB_TIMEOUT_S)
+    log, progress = read_job(cluster.address, sid)
+    return job, status, log, progress
+
+
+@pytest.fixture(scope="module")
+def slice_loss(late_slices, cluster, stack, tmp_path_factory):
+    out = tmp_path_factory.mktemp("elastic")
+    job = elastic_job(stack, out, "fake-tpu-elastic", ELASTIC_STEPS, PERIOD)
+    return lose_a_slice(cluster, job, lost=cluster.slice_names()[-1], timeout_s=JOB_TIMEOUT_S)
+
+
+def assert_slices_placed(hosts, stack, slices: int) -> None:
+    """One worker per host of ``slices`` whole slices, ranks by slice, and the multislice settings MaxText needs."""
+    assert [h.rank for h in hosts] == list(range(slices * stack.hosts)) and {h.world for h in hosts} == {len(hosts)}
+    names = [h.settings["TPU_NAME"] for h in hosts]
+    assert len(set(names)) == slices and all(names.count(n) == stack.hosts for n in names), names
+    # Every host of a slice exactly once (two workers on one host would share its chips).
+    assert sorted((h.settings["TPU_NAME"], h.settings["TPU_WORKER_ID"]) for h in hosts) == sorted(
+        (n, str(w)) for n in set(names) for w in range(stack.hosts))
+    # A slice's workers are consecutive ranks, and its MEGASCALE_SLICE_ID is that of all its hosts.
+    by_slice = {n: [h for h in hosts if h.settings["TPU_NAME"] == n] for n in set(names)}
+    assert all(max(h.rank for h in hs) - min(h.rank for h in hs) == stack.hosts - 1 for hs in by_slice.values())
+    for h in hosts:
+        settings = h.settings
+        assert settings["MEGASCALE_NUM_SLICES"] == str(slices), h
+        assert settings["MEGASCALE_PORT"] == str(stack.pod_env["MEGASCALE_PORT"]), h  # the stack's megascalePort
+    if slices > 1:
+        ids = {n: {h.settings["MEGASCALE_SLICE_ID"] for h in hs} for n, hs in by_slice.items()}
+        assert all(len(i) == 1 for i in ids.values()) and sorted(i.pop() for i in ids.values()) == [
+            str(s) for s in range(slices)], ids
+        coordinators = {h.settings["MEGASCALE_COORDINATOR_ADDRESS"] for h in hosts}
+        assert len(coordinators) == 1 and coordinators.pop(), hosts  # one coordinator, rank 0's host
+    else:
+        assert {h.settings["MEGASCALE_SLICE_ID"] for h in hosts} <= {"", "0"}, hosts
+
+
+def test_slices_that_come_after_the_submission_are_reserved_and_get_one_worker_per_host(late_slices, stack):
+    job, status, log, progress = late_slices
+    assert status == "SUCCEEDED", log[-3000:]
+    assert job.runtime_env["env_vars"]["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] == str(COLD_START_TIMEOUT_S)
+    assert sorted(progress.steps) == [0, 1, 2]
+    (hosts,) = hosts_by_group(log, progress)
+    assert_slices_placed(hosts, stack, slices=2)
+    # The run's mesh: dcn_* over the 2 slices MaxText is told of, ici_* over each slice's chips.
+    parallelism.check_static(job.spec.maxtext, stack.outputs.chips_per_slice, int(hosts[0].settings["MEGASCALE_NUM_SLICES"]))
+    assert "Using SlicePlacementGroup utility to reserve 2 slice(s) with topology '2x2x2'" in log
+
+
+def test_after_losing_a_slice_the_elastic_run_finishes_on_the_other(slice_loss, stack):
+    assert slice_loss.status == "SUCCEEDED", slice_loss.log[-3000:]
+    assert sorted(slice_loss.progress.steps) == list(range(ELASTIC_STEPS))
+    first, *_, last = hosts_by_group(slice_loss.log, slice_loss.progress)
+    assert_slices_placed(first, stack, slices=2)
+    assert_slices_placed(last, stack, slices=1)
+    assert {h.settings["TPU_NAME"] for h in last} < {h.settings["TPU_NAME"] for h in first}
+    assert "slice-b" not in {h.settings["TPU_NAME"] for h in last}
+
+
+def test_the_run_on_one_slice_resumes_from_the_checkpoint_the_two_wrote(slice_loss):
+    killed, resumed = slice_loss.killed_group, slice_loss.resumed_group
+    assert killed.restored_step is None and PERIOD in slice_loss.checkpoints_at_kill
+    assert resumed.restored_step == max(slice_loss.checkpoints_at_kill)
+    assert sorted(resumed.steps) == list(range(resumed.restored_step + 1, ELASTIC_STEPS))
+    assert slice_loss.checkpoints_at_end[-1] == ELASTIC_STEPS - 1
+
+
+def test_goodput_counts_the_slice_loss_as_recovery(slice_loss, capsys):
+    from training import report
+
+    assert report.main([str(slice_loss.run_dir), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)["goodput"]
+    buckets, wall = result["buckets"], result["wall_s"]
+    assert abs(sum(buckets.values()) - wall) <= 0.05 * wall and 0 < result["goodput_pct"] < 100
+    assert result["restarts"] >= 1 and buckets["recovery"] > 0
+    assert buckets["recovery"] <= slice_loss.recovery()["next_step_s"] + 1, buckets
+
+
+def test_a_slice_that_never_comes_fails_the_run_once_the_wait_ends(slice_loss, cluster, cold_stack, tmp_path):
+    job = submission(cold_stack, tmp_path, "fake-tpu-never", overrides={"steps": 3})
+    started = time.monotonic()
+    sid = submit(cluster.address, job, {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(SHORT_WAIT_S),
+                                        SLICE_WAIT_ENV: str(2 * SHORT_WAIT_S)})
+    status = wait_for_end(cluster.address, sid, JOB_TIMEOUT_S)
+    took = time.monotonic() - started
+    log, progress = read_job(cluster.address, sid)
+    assert status == "FAILED" and not progress.steps, log[-3000:]
+    assert 2 * SHORT_WAIT_S <= took < 2 * SHORT_WAIT_S + START_BOUND_S, took
+    assert "Ray Train could not place 4 workers (v5p-16 slices) in 30 s (2 waits)" in log, log[-3000:]
+
+
+@pytest.mark.parametrize("wait_s", [7, 20, 900, 1800, 4000])
+def test_the_trainer_allows_as_many_start_waits_as_fit_in_its_wait_for_slices(wait_s, monkeypatch):
+    from training.worker import trainer
+
+    monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", str(wait_s))
+    waits = trainer.start_retries() + 1
+    assert (waits - 1) * wait_s < trainer.SLICE_WAIT_S <= waits * wait_s  # the last wait ends at or past it
