@@ -1,4 +1,4 @@
-"""The stack: DCN networks, a GKE cluster, one node pool per TPU slice, storage, and the RayCluster.
+"""The stack: DCN networks, a GKE cluster, one node pool per TPU slice, storage, and the RayCluster (or the spec of the one each run brings).
 
 Everything is driven by the stack's config (``Pulumi.<stack>.yaml``), validated
 once by :func:`stack.config.parse_stack_config` before any resource is
@@ -112,7 +112,7 @@ with config_keys(cfg):
         "ray", cfg.ray_cluster_args(storage), opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=slices)
     )
 
-    # Each run (its RayJob and its code archive) waits for the RayCluster through its name.
+    # Each run (its RayJob and its code archive) waits for the RayCluster, or the spec of its own, through its name.
     runs = [MaxTextRun(f"run-{run.run_name}", cfg.run_args(index, ray), opts=in_cluster) for index, run in enumerate(cfg.runs)]
 
 pulumi.export("project", cfg.project)
@@ -138,6 +138,8 @@ pulumi.export("chipsPerHost", shape.chips_per_host)
 pulumi.export("chipsPerSlice", shape.chips)
 pulumi.export("capacity", cfg.capacity)
 pulumi.export("scaleToZero", cfg.scale_to_zero_or_default)
+# What every run of a scale-to-zero stack brings as its RayJob's rayClusterSpec (null on a held stack).
+pulumi.export("rayClusterSpec", ray.ray_cluster_spec)
 pulumi.export("elasticMinSlices", ray.ref["elastic_min_slices"])
 pulumi.export("runs", [
     {"name": run.spec.run_name, "submissionId": run.submission_id, "checkpointDir": run.checkpoint_dir} for run in runs
