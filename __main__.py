@@ -21,7 +21,7 @@ from components.tpu_slice_node_pool import TpuSliceNodePool, TpuSliceNodePoolArg
 from core.job_spec import bucket_url
 from stack.component_keys import config_keys
 from stack.config import parse_stack_config, raw_pulumi_config
-from stack.preflight import check_declared_runs, check_idle_cost, check_planned_run
+from stack.preflight import check_declared_runs, check_idle_cost, check_planned_run, check_recreated_slices
 
 cfg = parse_stack_config(raw_pulumi_config())
 # Sharding, HBM and cost of the planned training run, before any TPU is paid for.
@@ -30,6 +30,10 @@ check_planned_run(cfg, info=pulumi.log.info, warn=pulumi.log.warn)
 check_declared_runs(cfg, info=pulumi.log.info)
 # What the stack costs idle and training, per capacity mode, before anything is created.
 check_idle_cost(cfg, info=pulumi.log.info, warn=pulumi.log.warn)
+# What this update recreates, against the stack's own last outputs (none before its first update).
+pulumi.StackReference(f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}").outputs.apply(
+    lambda deployed: check_recreated_slices(cfg, deployed or {}, warn=pulumi.log.warn)
+)
 shape = cfg.shape
 cidrs = cfg.dcn_cidrs_or_default
 
@@ -46,6 +50,7 @@ with config_keys(cfg):
             deletion_protection=cfg.deletion_protection,
             cpu_machine_type=cfg.cpu_machine_type,
             cpu_node_count=cfg.cpu_node_count,
+            scale_to_zero=cfg.scale_to_zero_or_default,
             enable_multi_networking=cfg.enable_multi_networking,
             ray_cluster_logging=cfg.ray_cluster_logging,
             ray_cluster_monitoring=cfg.ray_cluster_monitoring,

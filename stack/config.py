@@ -238,10 +238,13 @@ class StackConfig(BaseModel):
     cpu_machine_type: Annotated[str, _pattern(_MACHINE_TYPE, "a Compute Engine machine type such as n1-standard-16")] = Field(
         gke_cluster.DEFAULT_CPU_MACHINE_TYPE,
         alias="gke-ray-tpu:cpuMachineType",
-        description="the CPU pool for the Ray head and system pods (Standard)",
+        description="the CPU pool for the Ray head (and, unless `scaleToZero`, the system pods) (Standard)",
     )
     cpu_node_count: Annotated[int, Field(ge=1, le=1000)] = Field(
-        gke_cluster.DEFAULT_CPU_NODE_COUNT, alias="gke-ray-tpu:cpuNodeCount", description="nodes of that pool, 1-1000"
+        gke_cluster.DEFAULT_CPU_NODE_COUNT,
+        alias="gke-ray-tpu:cpuNodeCount",
+        description="nodes of that pool, 1-1000; with `scaleToZero` it autoscales from 0 to this many (a Ray head per "
+        f"node, one per running run) and one `{gke_cluster.SYSTEM_MACHINE_TYPE}` node runs GKE's system pods",
     )
     enable_multi_networking: Flag = Field(
         False, alias="gke-ray-tpu:enableMultiNetworking", description="as in the tutorial; DRANET does not need it"
