@@ -46,12 +46,13 @@ from components.ray_tpu_cluster import RayTpuCluster, RayTpuClusterRef
 from core import code_archive
 from core.capacity import check_mode
 from core.errors import ConfigError
-from core.kuberay import run_ray_job
+from core.kuberay import run_cluster_name_pattern, run_ray_job
 from core.job_spec import (
     COMPILATION_CACHE_DIR, DATA_MOUNT, JobSpec, bucket_url, build_job, declared_submission_id, entrypoint,
     run_location, runtime_env,
 )
-from core.naming import DNS_LABEL, RAY_CLUSTER_NAME, RAY_JOB_NAME, check_bucket_name
+from core.naming import DNS_LABEL, RAY_CLUSTER_NAME, RAY_JOB_NAME, RAY_TPU_CLUSTER_NAME, check_bucket_name
+from core.tpu_catalogue import slice_shape
 from core.presets import DEFAULT_PRESET, get_preset
 
 SUBMISSION_MODE = "HTTPMode"
@@ -108,6 +109,12 @@ def build_run_job(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> JobS
         raise ConfigError(
             f"{prefix}ray_cluster.ray_cluster_spec", None,
             "the RayTpuCluster's rayClusterSpec: on a cluster that scales to zero each run brings a RayCluster of it",
+        )
+    if cluster["scale_to_zero"] and slice_shape(cluster["generation"], cluster["topology"]).multi_host:
+        # The run's own cluster takes its name, and the TPU webhook's limit on a multi-host cluster's name.
+        RAY_TPU_CLUSTER_NAME.check_derived(
+            run_cluster_name_pattern(args["run_name"]), args["run_name"], f"{prefix}run_name",
+            "the name KubeRay gives the run's own RayCluster, <run_name>-<5 random characters>",
         )
     backoff = integer(args.get("backoff_limit", 0), 0, None, f"{prefix}backoff_limit")
     if backoff and not cluster["scale_to_zero"]:

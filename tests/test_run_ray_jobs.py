@@ -10,6 +10,7 @@ import pytest
 from components.maxtext_run import build_run_job, per_run_ray_job, ray_job
 from components.ray_manifests import ray_cluster_spec
 from components.ray_tpu_cluster import cluster_ref, spec_from_args
+from core.errors import ConfigError
 from core.kuberay import ray_job_problems, run_ray_job
 from tests.schemas import validate_ray_cluster, validate_ray_job
 
@@ -77,3 +78,15 @@ def test_a_run_cluster_kueue_or_this_design_would_refuse_is_refused_before_it_is
     change(cluster_spec)
     with pytest.raises(ValueError, match=problem):
         run_ray_job("r", "training", cluster_spec, entrypoint="python -m x", runtime_env_yaml="{}", job_id="r-1")
+
+
+def test_a_run_name_leaves_room_for_the_name_kuberay_gives_its_multi_host_cluster():
+    spec = spec_from_args({"workload_identity": IDENTITY, "capacity": "flex-start"})
+    ref = cluster_ref(spec, spec.name, ray_cluster_spec(spec))
+    build_run_job({"run_name": "r" * 35, "ray_cluster": ref, "preset": "llama3-8b"})
+    with pytest.raises(ConfigError) as error:
+        build_run_job({"run_name": "r" * 36, "ray_cluster": ref, "preset": "llama3-8b"})
+    assert error.value.key == "MaxTextRunArgs.run_name" and "5 random characters" in str(error.value)
+    # A held cluster's RayJob names no cluster: KubeRay's own limit only.
+    held = spec_from_args({"workload_identity": IDENTITY})
+    build_run_job({"run_name": "r" * 47, "ray_cluster": cluster_ref(held, held.name), "preset": "llama3-8b"})
