@@ -68,6 +68,7 @@ CONTRACT = {
             "deletionProtection": "boolean",
             "cpuMachineType": "string",
             "cpuNodeCount": "integer",
+            "scaleToZero": "boolean",
             "enableMultiNetworking": "boolean",
             "rayClusterLogging": "boolean",
             "rayClusterMonitoring": "boolean",
