@@ -38,6 +38,11 @@ DEFAULT_IMAGE = "rayproject/ray:nightly-py312-tpu"
 moving tag (pulled on every start); production stacks should pin a release or digest they tested."""
 DEFAULT_MEGASCALE_PORT = 9915
 _IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?")
+IDLE_TIMEOUT_RETIRED = (
+    "with scale to zero each run brings its own RayCluster and KubeRay deletes it when the run ends, so no slice "
+    "waits idle for a timeout (Ray's autoscaler, which had it, cannot release multi-host slices)"
+)
+"""What replaced the idle timeout, for the error of a config or argument that still sets it."""
 DEFAULT_NUM_SLICES = 2
 """The tutorial's two slices."""
 
@@ -119,6 +124,11 @@ def check_megascale_port(port: object, key: str) -> int:
 
 def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") -> RayClusterSpec:
     """The pure RayCluster spec, after every rule on the arguments."""
+    if "idle_timeout_s" in args:
+        raise ConfigError(
+            f"{prefix}idle_timeout_s", args["idle_timeout_s"],  # type: ignore[typeddict-item]
+            f"unset: {IDLE_TIMEOUT_RETIRED}",
+        )
     shape = slice_shape(
         args.get("generation", DEFAULT_GENERATION), args.get("topology", DEFAULT_TOPOLOGY), key=f"{prefix}topology", generation_key=f"{prefix}generation"
     )

@@ -44,9 +44,8 @@ GCP_KEYS = ("gcp:project", "gcp:region", "gcp:zone")
 RETIRED_KEYS = {
     f"{NAMESPACE}:spot": f"{NAMESPACE}:capacity instead, which replaced it: `pulumi config rm {NAMESPACE}:spot`, then "
     f"`pulumi config set {NAMESPACE}:capacity spot` for Spot slices (on-demand is the default)",
-    f"{NAMESPACE}:idleTimeoutSeconds": f"unset (`pulumi config rm {NAMESPACE}:idleTimeoutSeconds`): with "
-    f"{NAMESPACE}:scaleToZero each run brings its own RayCluster and KubeRay deletes it when the run ends, so no "
-    "slice waits idle for a timeout any more (Ray's autoscaler, which had it, cannot release multi-host slices)",
+    f"{NAMESPACE}:idleTimeoutSeconds": f"unset (`pulumi config rm {NAMESPACE}:idleTimeoutSeconds`): "
+    + ray_tpu_cluster.IDLE_TIMEOUT_RETIRED,
 }
 """Keys older stacks set, and what to write instead."""
 

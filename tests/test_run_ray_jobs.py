@@ -90,3 +90,10 @@ def test_a_run_name_leaves_room_for_the_name_kuberay_gives_its_multi_host_cluste
     # A held cluster's RayJob names no cluster: KubeRay's own limit only.
     held = spec_from_args({"workload_identity": IDENTITY})
     build_run_job({"run_name": "r" * 47, "ray_cluster": cluster_ref(held, held.name), "preset": "llama3-8b"})
+
+
+def test_the_removed_idle_timeout_is_refused_with_what_replaced_it():
+    with pytest.raises(ConfigError) as error:
+        spec_from_args({"workload_identity": IDENTITY, "capacity": "flex-start", "idle_timeout_s": 600})
+    assert error.value.key == "RayTpuClusterArgs.idle_timeout_s"
+    assert "each run brings its own RayCluster" in error.value.expected
