@@ -9,6 +9,7 @@ is an estimate; the cost is information.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional
 
@@ -247,10 +248,10 @@ def check_idle_cost(cfg: StackConfig, info: Callable[[str], None], warn: Callabl
     return costs
 
 
-def check_recreated_slices(cfg: StackConfig, deployed: Mapping[str, object], warn: Callable[[str], None]) -> list[str]:
+def check_recreated_slices(cfg: StackConfig, deployed: Mapping[str, object], warn: Callable[[str], None]) -> None:
     """Warn when the config changes what the deployed stack's TPU node pools are made of (its last outputs:
     ``deployed``): GKE cannot change a pool's VMs in place, so each pool is deleted and created again (first
-    deleted: the names are fixed) and whatever runs on its slices stops. Returns the changed keys."""
+    deleted: the names are fixed) and whatever runs on its slices stops."""
     shape = cfg.shape
     now = {
         "capacity": (cfg.capacity, "capacity"),
@@ -258,8 +259,12 @@ def check_recreated_slices(cfg: StackConfig, deployed: Mapping[str, object], war
         "tpuGeneration": (shape.generation.name, "tpu_generation"),
         "topology": (shape.topology, "tpu_topology"),
     }
+
+    def shown(value: object) -> str:
+        return json.dumps(value) if isinstance(value, bool) else str(value)  # as Pulumi config spells it
+
     changed = [
-        f"{config_key(field)} {deployed[output]} -> {value}".replace("True", "true").replace("False", "false")
+        f"{config_key(field)} {shown(deployed[output])} -> {shown(value)}"
         for output, (value, field) in now.items()
         if deployed.get(output) is not None and deployed[output] != value
     ]
@@ -271,4 +276,3 @@ def check_recreated_slices(cfg: StackConfig, deployed: Mapping[str, object], war
             f"{', '.join(changed)}: {pools}, and the RayCluster changes with them; every run on the slices stops "
             "now (a run resumes from its last checkpoint when submitted again). Stop or let finish the runs first."
         )
-    return [item.split(" ", 1)[0] for item in changed]
