@@ -1,4 +1,4 @@
-"""The stack: DCN networks, a GKE cluster, one node pool per TPU slice, storage, and the RayCluster.
+"""The stack: DCN networks, a GKE cluster, one node pool per TPU slice, storage, and the RayCluster (or the spec of the one each run brings).
 
 Everything is driven by the stack's config (``Pulumi.<stack>.yaml``), validated
 once by :func:`stack.config.parse_stack_config` before any resource is
@@ -21,7 +21,7 @@ from components.tpu_slice_node_pool import TpuSliceNodePool, TpuSliceNodePoolArg
 from core.job_spec import bucket_url
 from stack.component_keys import config_keys
 from stack.config import parse_stack_config, raw_pulumi_config
-from stack.preflight import check_declared_runs, check_idle_cost, check_planned_run
+from stack.preflight import check_declared_runs, check_idle_cost, check_planned_run, check_recreated_slices
 
 cfg = parse_stack_config(raw_pulumi_config())
 # Sharding, HBM and cost of the planned training run, before any TPU is paid for.
@@ -30,6 +30,10 @@ check_planned_run(cfg, info=pulumi.log.info, warn=pulumi.log.warn)
 check_declared_runs(cfg, info=pulumi.log.info)
 # What the stack costs idle and training, per capacity mode, before anything is created.
 check_idle_cost(cfg, info=pulumi.log.info, warn=pulumi.log.warn)
+# What this update recreates, against the stack's own last outputs (none before its first update).
+pulumi.StackReference(f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}").outputs.apply(
+    lambda deployed: check_recreated_slices(cfg, deployed or {}, warn=pulumi.log.warn)
+)
 shape = cfg.shape
 cidrs = cfg.dcn_cidrs_or_default
 
@@ -46,6 +50,7 @@ with config_keys(cfg):
             deletion_protection=cfg.deletion_protection,
             cpu_machine_type=cfg.cpu_machine_type,
             cpu_node_count=cfg.cpu_node_count,
+            scale_to_zero=cfg.scale_to_zero_or_default,
             enable_multi_networking=cfg.enable_multi_networking,
             ray_cluster_logging=cfg.ray_cluster_logging,
             ray_cluster_monitoring=cfg.ray_cluster_monitoring,
@@ -112,7 +117,7 @@ with config_keys(cfg):
         "ray", cfg.ray_cluster_args(storage), opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=slices)
     )
 
-    # Each run (its RayJob and its code archive) waits for the RayCluster through its name.
+    # Each run (its RayJob and its code archive) waits for the RayCluster, or the spec of its own, through its name.
     runs = [MaxTextRun(f"run-{run.run_name}", cfg.run_args(index, ray), opts=in_cluster) for index, run in enumerate(cfg.runs)]
 
 pulumi.export("project", cfg.project)
@@ -138,6 +143,8 @@ pulumi.export("chipsPerHost", shape.chips_per_host)
 pulumi.export("chipsPerSlice", shape.chips)
 pulumi.export("capacity", cfg.capacity)
 pulumi.export("scaleToZero", cfg.scale_to_zero_or_default)
+# What every run of a scale-to-zero stack brings as its RayJob's rayClusterSpec (null on a held stack).
+pulumi.export("rayClusterSpec", ray.ray_cluster_spec)
 pulumi.export("elasticMinSlices", ray.ref["elastic_min_slices"])
 pulumi.export("runs", [
     {"name": run.spec.run_name, "submissionId": run.submission_id, "checkpointDir": run.checkpoint_dir} for run in runs

@@ -19,6 +19,12 @@ def child_options(parent: pulumi.Resource, opts: Optional[pulumi.ResourceOptions
     return pulumi.ResourceOptions(parent=parent, depends_on=inherited + own or None, **extra)
 
 
+def replaced_in_place(opts: pulumi.ResourceOptions) -> pulumi.ResourceOptions:
+    """Delete before replace, for a resource with a fixed name that the cloud refuses twice (a GKE node pool,
+    a resource policy): Pulumi's default, the replacement created first, would fail mid-update."""
+    return pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(delete_before_replace=True))
+
+
 def custom_resource(name: str, manifest: dict, opts: pulumi.ResourceOptions) -> "k8s.apiextensions.CustomResource":
     """A Kubernetes custom resource from its manifest (a plain dict with apiVersion, kind, metadata, spec)."""
     import pulumi_kubernetes as k8s

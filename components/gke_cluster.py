@@ -7,7 +7,7 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from components._args import integer
-from components._options import child_options
+from components._options import child_options, replaced_in_place
 from core.errors import ConfigError
 from core.gke import (
     CLUSTER_MODES,
@@ -22,6 +22,13 @@ from core.naming import GKE_NAME
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 CPU_POOL_NAME = "ray-head-pool"
+SYSTEM_POOL_NAME = "system-pool"
+SYSTEM_MACHINE_TYPE = "e2-medium"
+"""The system pool of a cluster that scales to zero: GKE's default node machine type, and the one node GKE's
+cluster autoscaler needs ("at least one node must always be available in the cluster to run system Pods",
+GKE: About cluster autoscaling, cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler). Too small
+for a Ray head (8 CPUs), so no head is ever placed there."""
+SYSTEM_NODE_COUNT = 1
 
 DEFAULT_MODE = "standard"
 DEFAULT_VERSION = "1.35"
@@ -56,7 +63,9 @@ class GkeRayClusterArgs(TypedDict):
     cpu_machine_type: NotRequired[str]
     """Machine type of the CPU pool that hosts the Ray head and system pods (Standard only). Default: n1-standard-16."""
     cpu_node_count: NotRequired[int]
-    """Nodes in the CPU pool (Standard only), 1 to 1000. Default: 3, what gcloud's default pool gets."""
+    """Nodes in the CPU pool (Standard only), 1 to 1000; with scale_to_zero the most it autoscales to (a Ray head per node, one per running run). Default: 3, what gcloud's default pool gets."""
+    scale_to_zero: NotRequired[bool]
+    """Standard only: the CPU pool autoscales from 0 (a Ray head exists only while a run does) and one e2-medium node in a system pool runs GKE's system pods. Default: false (a fixed CPU pool hosts both)."""
     enable_multi_networking: NotRequired[bool]
     """GKE multi-networking. Default: false, as in the tutorial (DRANET does not need it)."""
     ray_cluster_logging: NotRequired[bool]
@@ -185,6 +194,7 @@ class GkeRayCluster(pulumi.ComponentResource):
         super().__init__("gke-ray-tpu:index:GkeRayCluster", name, None, opts)
         child = child_options(self, opts)
         self.cpu_pool = None
+        self.system_pool = None
 
         if found is not None:
             cluster = gcp.container.Cluster.get(
@@ -201,8 +211,10 @@ class GkeRayCluster(pulumi.ComponentResource):
             ca_certificate = cluster.master_auth.cluster_ca_certificate
             if args.get("mode", DEFAULT_MODE) == "standard":
                 self.cpu_pool = _create_cpu_pool(name, args, cluster, child)
+                if args.get("scale_to_zero", False):
+                    self.system_pool = _create_system_pool(name, args, cluster, child)
             # Kubernetes objects need a schedulable cluster, not just a control plane.
-            ready = [r for r in (cluster, self.cpu_pool) if r is not None]
+            ready = [r for r in (cluster, self.cpu_pool, self.system_pool) if r is not None]
 
         self.cluster = cluster
         self.cluster_name = pulumi.Output.from_input(args["cluster_name"]) if found else cluster.name
@@ -276,20 +288,46 @@ def _ray_operator(args: GkeRayClusterArgs) -> gcp.container.ClusterAddonsConfigR
 def _create_cpu_pool(
     name: str, args: GkeRayClusterArgs, cluster: gcp.container.Cluster, child: pulumi.ResourceOptions
 ) -> gcp.container.NodePool:
+    """The Ray heads' pool: fixed, or from 0 to cpu_node_count when each run brings its own head."""
+    nodes = int(args.get("cpu_node_count", DEFAULT_CPU_NODE_COUNT))
+    scaled = bool(args.get("scale_to_zero", False))
+    return _cpu_node_pool(
+        f"{name}-cpu-pool", CPU_POOL_NAME, args, cluster, child, args.get("cpu_machine_type", DEFAULT_CPU_MACHINE_TYPE),
+        # As for the TPU pools: node_count for a fixed pool; an autoscaled one starts empty and the autoscaler owns its count.
+        node_count=None if scaled else nodes,
+        initial_node_count=0 if scaled else None,
+        autoscaling=gcp.container.NodePoolAutoscalingArgs(min_node_count=0, max_node_count=nodes) if scaled else None,
+    )
+
+
+def _create_system_pool(
+    name: str, args: GkeRayClusterArgs, cluster: gcp.container.Cluster, child: pulumi.ResourceOptions
+) -> gcp.container.NodePool:
+    """The node GKE's system pods keep while every other pool is at 0."""
+    return _cpu_node_pool(
+        f"{name}-system-pool", SYSTEM_POOL_NAME, args, cluster, child, SYSTEM_MACHINE_TYPE, node_count=SYSTEM_NODE_COUNT
+    )
+
+
+def _cpu_node_pool(
+    resource_name: str, pool_name: str, args: GkeRayClusterArgs, cluster: gcp.container.Cluster,
+    child: pulumi.ResourceOptions, machine_type: str, **counts,
+) -> gcp.container.NodePool:
     return gcp.container.NodePool(
-        f"{name}-cpu-pool",
-        name=CPU_POOL_NAME,
+        resource_name,
+        name=pool_name,
         project=args["project"],
         cluster=cluster.name,
         location=args["location"],
-        node_count=int(args.get("cpu_node_count", DEFAULT_CPU_NODE_COUNT)),
         node_config=gcp.container.NodePoolNodeConfigArgs(
-            machine_type=args.get("cpu_machine_type", DEFAULT_CPU_MACHINE_TYPE),
+            machine_type=machine_type,
             oauth_scopes=[CLOUD_PLATFORM_SCOPE],
             workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
         ),
         management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
-        opts=child,
+        # Switching scaleToZero sets or drops initial_node_count, which GKE cannot change in place.
+        opts=replaced_in_place(child),
+        **counts,
     )
 
 

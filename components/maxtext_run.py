@@ -1,11 +1,14 @@
-"""MaxTextRun: a training run declared as code, a KubeRay RayJob on an existing RayCluster.
+"""MaxTextRun: a training run declared as code, a KubeRay RayJob.
 
 The job is the one ``python -m training.submit`` builds (``core.job_spec``:
 the same preset, overrides, defaults, entry point and runtime env), submitted
 by the KubeRay operator instead of a person:
 
-* ``clusterSelector`` targets the stack's RayCluster, which the RayJob neither
-  owns nor deletes (``shutdownAfterJobFinishes`` stays false).
+* On a RayTpuCluster that holds its slices, ``clusterSelector`` targets its
+  RayCluster, which the RayJob neither owns nor deletes
+  (``shutdownAfterJobFinishes`` stays false). On one that scales to zero the
+  RayJob brings its own RayCluster (``core.kuberay.run_ray_job``) and KubeRay
+  deletes it when the job ends, whatever the outcome.
 * ``submissionMode: HTTPMode``: the operator posts the job to the head's Jobs
   API itself. The default, K8sJobMode, would start a submitter pod that pulls
   the Ray TPU image (tens of GB, and pulled on every start for a moving tag)
@@ -20,9 +23,10 @@ by the KubeRay operator instead of a person:
   ignores later spec changes, so any change of the command or the code is a new
   Ray job of the same run (Pulumi replaces the RayJob), which resumes from the
   run's checkpoints.
-* ``backoffLimit`` is always 0: with ``clusterSelector`` KubeRay rejects more
+* ``backoffLimit``: retries, each on a new cluster, so only a run with its own
+  cluster may have more than 0; with ``clusterSelector`` KubeRay rejects more
   (and older releases deleted the selected RayCluster on a retry). Restarts
-  happen inside the job, by Ray Train (``max_failures``).
+  also happen inside the job, by Ray Train (``max_failures``).
 * Deleting the RayJob (removing the run, ``pulumi destroy``) stops its Ray job:
   KubeRay's finalizer asks the cluster to stop it. The checkpoints stay in the
   bucket.
@@ -32,20 +36,23 @@ from typing import Any, Mapping, NotRequired, Optional, TypedDict
 
 import pulumi
 import pulumi_gcp as gcp
+import pulumi_kubernetes as k8s
 import yaml
 
 from components._args import integer
-from components._options import child_options, custom_resource
+from components._options import child_options
 from components._refs import resolve_ref
 from components.ray_tpu_cluster import RayTpuCluster, RayTpuClusterRef
 from core import code_archive
 from core.capacity import check_mode
 from core.errors import ConfigError
+from core.kuberay import run_cluster_name_pattern, run_ray_job
 from core.job_spec import (
     COMPILATION_CACHE_DIR, DATA_MOUNT, JobSpec, bucket_url, build_job, declared_submission_id, entrypoint,
     run_location, runtime_env,
 )
-from core.naming import DNS_LABEL, RAY_CLUSTER_NAME, RAY_JOB_NAME, check_bucket_name
+from core.naming import DNS_LABEL, RAY_CLUSTER_NAME, RAY_JOB_NAME, RAY_TPU_CLUSTER_NAME, check_bucket_name
+from core.tpu_catalogue import slice_shape
 from core.presets import DEFAULT_PRESET, get_preset
 
 SUBMISSION_MODE = "HTTPMode"
@@ -68,6 +75,8 @@ class MaxTextRunArgs(TypedDict):
     """Fewest slices of an elastic run, at least the cluster's elastic_min_slices (fewer slices it does not keep). Default: the cluster's elastic_min_slices."""
     active_deadline_seconds: NotRequired[int]
     """Seconds after which KubeRay marks the RayJob failed (DeadlineExceeded). Unset: no deadline."""
+    backoff_limit: NotRequired[int]
+    """Retries of a failed run, each on a new RayCluster: only on a RayTpuCluster that scales to zero (KubeRay refuses retries on a shared RayCluster). Default: 0."""
 
 
 def run_cluster(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> RayTpuClusterRef:
@@ -96,6 +105,25 @@ def build_run_job(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> JobS
         raise ConfigError(f"{prefix}preset", preset.name, "a TPU preset")
     if args.get("active_deadline_seconds") is not None:
         integer(args["active_deadline_seconds"], 1, None, f"{prefix}active_deadline_seconds")
+    if cluster["scale_to_zero"] and cluster.get("ray_cluster_spec") is None:
+        raise ConfigError(
+            f"{prefix}ray_cluster.ray_cluster_spec", None,
+            "the RayTpuCluster's rayClusterSpec: on a cluster that scales to zero each run brings a RayCluster of it",
+        )
+    if cluster["scale_to_zero"] and slice_shape(cluster["generation"], cluster["topology"]).multi_host:
+        # The run's own cluster takes its name, and the TPU webhook's limit on a multi-host cluster's name.
+        RAY_TPU_CLUSTER_NAME.check_derived(
+            run_cluster_name_pattern(args["run_name"]), args["run_name"], f"{prefix}run_name",
+            "the name KubeRay gives the run's own RayCluster, <run_name>-<5 random characters>",
+        )
+    backoff = integer(args.get("backoff_limit", 0), 0, None, f"{prefix}backoff_limit")
+    if backoff and not cluster["scale_to_zero"]:
+        raise ConfigError(
+            f"{prefix}backoff_limit", backoff,
+            "0 on a cluster that holds its slices: KubeRay refuses RayJob retries on an existing RayCluster (older "
+            "releases deleted it to retry), and Ray Train restarts the run inside its job (max_failures, 3 when elastic "
+            "or on Spot); retries, each on a new cluster, need scaleToZero",
+        )
     elastic = bool(args.get("elastic", False)) or preset.elastic
     low, high = int(cluster["elastic_min_slices"]), int(cluster["num_slices"])
     min_slices = integer(args.get("min_slices", low), 1, None, f"{prefix}min_slices")
@@ -120,25 +148,48 @@ def build_run_job(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> JobS
     )
 
 
-def ray_job(
-    spec: JobSpec, name: str, namespace: str, ray_cluster_name: pulumi.Input[str], code_digest: str,
-    active_deadline_seconds: Optional[int] = None, mount: str = DATA_MOUNT, cold_start: bool = False,
-) -> dict:
-    """The RayJob manifest of a job (pure): what KubeRay submits to the RayCluster.
-
-    ``mount``: where the Ray pods see the bucket that holds the code archive.
-    ``cold_start``: the RayCluster scales its slices to zero (core.job_spec.runtime_env).
-    """
+def _job_fields(spec: JobSpec, code_digest: str, mount: str, cold_start: bool) -> dict:
+    """What KubeRay submits: the command, its runtime env (the code archive on PYTHONPATH) and the Ray job id."""
     env = runtime_env(pythonpath=code_archive.archive_path(code_digest, mount), cold_start=cold_start)
     command = entrypoint(spec)
+    return {
+        "entrypoint": command,
+        "runtime_env_yaml": yaml.safe_dump(env, sort_keys=True),
+        "job_id": declared_submission_id(spec.run_name, command, env),
+    }
+
+
+def per_run_ray_job(
+    spec: JobSpec, name: str, namespace: str, ray_cluster_spec: Mapping, code_digest: str,
+    active_deadline_seconds: Optional[int] = None, backoff_limit: int = 0, mount: str = DATA_MOUNT,
+) -> dict:
+    """The RayJob manifest of a job that brings its own RayCluster of ``ray_cluster_spec`` (pure).
+
+    Its slices start with the cluster, so Ray Train gets the cold start's timeouts (core.job_spec.runtime_env).
+    """
+    return run_ray_job(
+        name, namespace, ray_cluster_spec, **_job_fields(spec, code_digest, mount, cold_start=True),
+        backoff_limit=backoff_limit, active_deadline_seconds=active_deadline_seconds,
+    )
+
+
+def ray_job(
+    spec: JobSpec, name: str, namespace: str, ray_cluster_name: pulumi.Input[str], code_digest: str,
+    active_deadline_seconds: Optional[int] = None, mount: str = DATA_MOUNT,
+) -> dict:
+    """The RayJob manifest of a job on the long-lived RayCluster ``ray_cluster_name`` (pure).
+
+    ``mount``: where the Ray pods see the bucket that holds the code archive.
+    """
+    fields = _job_fields(spec, code_digest, mount, cold_start=False)
     manifest: dict = {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
-            "entrypoint": command,
-            "runtimeEnvYAML": yaml.safe_dump(env, sort_keys=True),
-            "jobId": declared_submission_id(spec.run_name, command, env),
+            "entrypoint": fields["entrypoint"],
+            "runtimeEnvYAML": fields["runtime_env_yaml"],
+            "jobId": fields["job_id"],
             "clusterSelector": {"ray.io/cluster": ray_cluster_name},
             "submissionMode": SUBMISSION_MODE,
             "backoffLimit": 0,
@@ -186,17 +237,32 @@ class MaxTextRun(pulumi.ComponentResource):
             content_type="application/zip",
             opts=child_options(self, opts),
         )
-        manifest = ray_job(spec, args["run_name"], cluster["namespace"], cluster["ray_cluster_name"], digest,
-                           args.get("active_deadline_seconds"), cold_start=bool(cluster["scale_to_zero"]))
-        self.ray_job = custom_resource(
+        deadline = args.get("active_deadline_seconds")
+        if cluster["scale_to_zero"]:
+            manifest = pulumi.Output.from_input(cluster["ray_cluster_spec"]).apply(
+                lambda cluster_spec: per_run_ray_job(
+                    spec, args["run_name"], cluster["namespace"], cluster_spec, digest, deadline,
+                    int(args.get("backoff_limit", 0)),
+                )
+            )
+            # The job id is a digest of the command and its env, neither of which depends on the cluster's outputs.
+            job_id = _job_fields(spec, digest, DATA_MOUNT, cold_start=True)["job_id"]
+            metadata = {"name": args["run_name"], "namespace": cluster["namespace"]}
+        else:
+            plain = ray_job(spec, args["run_name"], cluster["namespace"], cluster["ray_cluster_name"], digest, deadline)
+            manifest, job_id, metadata = pulumi.Output.from_input(plain), plain["spec"]["jobId"], plain["metadata"]
+        self.ray_job = k8s.apiextensions.CustomResource(
             f"{name}-rayjob",
-            manifest,
+            api_version="ray.io/v1",
+            kind="RayJob",
+            metadata=metadata,
+            spec=manifest.apply(lambda m: m["spec"]),
             # KubeRay ignores spec changes once it submitted: a changed run is a new RayJob (same name).
-            child_options(self, opts, depends_on=[self.code], replace_on_changes=["spec"], delete_before_replace=True),
+            opts=child_options(self, opts, depends_on=[self.code], replace_on_changes=["spec"], delete_before_replace=True),
         )
         # Tied to the resource, so a consumer of the name waits for the RayJob to exist.
         self.ray_job_name = self.ray_job.urn.apply(lambda _: args["run_name"])
-        self.submission_id = pulumi.Output.from_input(manifest["spec"]["jobId"])
+        self.submission_id = pulumi.Output.from_input(job_id)
         self.checkpoint_dir = pulumi.Output.from_input(run_location(spec, "checkpoints"))
         self.code_object = self.code.name
         self.register_outputs(

@@ -33,6 +33,9 @@ POD_PORTS = {
 }
 """The fixed ports the RayCluster's pods listen on (this module's manifest sets them)."""
 WORKER_GROUP = "tpu-group"
+CAPACITY_NODE_LABELS = {"spot": "cloud.google.com/gke-spot", "flex-start": "cloud.google.com/gke-flex-start"}
+"""The label GKE puts on nodes of a capacity mode: the worker pods select it, so that a cluster with other
+pools of the same TPU shape cannot place them on capacity billed another way."""
 NETDEV_DEVICE_CLASS = "netdev.google.com"
 FILE_CACHE_MB = 4096
 """The mount's file cache, on the node's boot disk (the sidecar's cache volume). Bounded: with
@@ -102,10 +105,9 @@ class RayClusterSpec:
     compute_class: Optional[str]
     """Autopilot: the ComputeClass that provisions the TPU nodes."""
     capacity: str
-    """How the slices' VMs are obtained (core.capacity): Spot slices are selected by their node label."""
+    """How the slices' VMs are obtained (core.capacity): Spot and flex-start slices are selected by their node label."""
     scale_to_zero: bool
-    """KubeRay's autoscaler adds a slice when a job asks for one and removes it after ``idle_timeout_s``."""
-    idle_timeout_s: int
+    """No long-lived RayCluster: every run is a RayJob that brings a cluster of this spec and deletes it at its end."""
 
     @property
     def claim_template_name(self) -> str:
@@ -258,32 +260,32 @@ def _worker_node_selector(spec: RayClusterSpec) -> dict:
     }
     if spec.compute_class:
         selector["cloud.google.com/compute-class"] = spec.compute_class
-    if spec.capacity == "spot":
-        selector["cloud.google.com/gke-spot"] = "true"
+    label = CAPACITY_NODE_LABELS.get(spec.capacity)
+    if label:
+        selector[label] = "true"
     return selector
 
 
-AUTOSCALER_VERSION = "v1"
-"""KubeRay's autoscaler v1, which scales a TPU worker group by the resources a job asks for.
-
-Ray 2.60's JaxTrainer reserves a multi-host slice with a placement group on
-``TPU-<pod type>-head`` whose bundle also selects the node labels
-``ray.io/tpu-worker-id=0`` and ``ray.io/tpu-pod-type``. Ray sets those labels on
-a TPU node when it starts; the v2 autoscaler matches label selectors against a
-worker group's declared ``labels`` (``autoscaler/v2/scheduler.py``), and a
-group cannot declare a worker id that only its first host has, so v2 would
-never start a slice from zero replicas. v1 schedules by resources, and KubeRay's
-autoscaling config gives a TPU group ``TPU`` and ``TPU-<pod type>-head`` from the
-group's accelerator and topology node selectors, before any pod exists."""
-
-
-def autoscaler_options(spec: RayClusterSpec) -> dict:
-    """KubeRay's in-tree autoscaler: a slice (one replica, all its hosts) per pending reservation."""
-    return {"version": AUTOSCALER_VERSION, "upscalingMode": "Default", "idleTimeoutSeconds": spec.idle_timeout_s}
-
-
 def ray_cluster(spec: RayClusterSpec) -> dict:
-    """The RayCluster: a CPU head and one TPU worker group whose replicas are slices."""
+    """The long-lived RayCluster of a stack that holds its slices."""
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": spec.name, "namespace": spec.namespace},
+        "spec": ray_cluster_spec(spec),
+    }
+
+
+def ray_cluster_spec(spec: RayClusterSpec) -> dict:
+    """A RayCluster's ``spec``: a CPU head and one TPU worker group whose replicas are slices.
+
+    The one builder of both kinds of cluster: the long-lived RayCluster of a held stack
+    (:func:`ray_cluster`) and the ``rayClusterSpec`` every run of a scale-to-zero stack brings
+    (``core.kuberay.run_ray_job``). Neither runs Ray's autoscaler: KubeRay's node provider
+    cannot release a multi-host slice (it deletes the idle pods and, ``replicas`` unchanged,
+    KubeRay recreates them; tests/test_ray_node_provider.py), so a stack that scales to zero
+    does it by deleting the whole cluster when the run ends.
+    """
     tpu = str(spec.shape.chips_per_host)
     worker_container: dict = {
         "name": "ray-worker",
@@ -307,57 +309,46 @@ def ray_cluster(spec: RayClusterSpec) -> dict:
     if spec.dcn_interfaces:
         worker_pod["resourceClaims"] = [{"name": "netdev", "resourceClaimTemplateName": spec.claim_template_name}]
         worker_container["resources"]["claims"] = [{"name": "netdev"}]
-
-    cluster_spec: dict = {}
-    if spec.scale_to_zero:
-        cluster_spec = {"enableInTreeAutoscaling": True, "autoscalerOptions": autoscaler_options(spec)}
-    replicas = (0, 0, spec.num_slices) if spec.scale_to_zero else (spec.num_slices, spec.min_slices, spec.num_slices)
     return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": {"name": spec.name, "namespace": spec.namespace},
-        "spec": {
-            **cluster_spec,
-            "headGroupSpec": {
-                # ClusterIP only: the dashboard and Jobs API are reached by port-forward, never publicly.
-                "serviceType": "ClusterIP",
-                "rayStartParams": {},
-                "template": {
-                    "metadata": {"annotations": _pod_annotations()},
-                    "spec": {
-                        "serviceAccountName": spec.service_account,
-                        "containers": [
-                            {
-                                "name": "ray-head",
-                                "image": spec.image,
-                                "imagePullPolicy": image_pull_policy(spec.image),
-                                "ports": [
-                                    {"containerPort": GCS_PORT, "name": "gcs-server"},
-                                    {"containerPort": DASHBOARD_PORT, "name": "dashboard"},
-                                    {"containerPort": CLIENT_PORT, "name": "client"},
-                                ],
-                                "resources": {
-                                    "limits": {"memory": HEAD_MEMORY},
-                                    "requests": {"cpu": HEAD_CPU, "memory": HEAD_MEMORY},
-                                },
-                                "volumeMounts": _VOLUME_MOUNTS,
-                            }
-                        ],
-                        "volumes": _volumes(spec),
-                        "nodeSelector": {"iam.gke.io/gke-metadata-server-enabled": "true"},
-                    },
+        "headGroupSpec": {
+            # ClusterIP only: the dashboard and Jobs API are reached by port-forward, never publicly.
+            "serviceType": "ClusterIP",
+            "rayStartParams": {},
+            "template": {
+                "metadata": {"annotations": _pod_annotations()},
+                "spec": {
+                    "serviceAccountName": spec.service_account,
+                    "containers": [
+                        {
+                            "name": "ray-head",
+                            "image": spec.image,
+                            "imagePullPolicy": image_pull_policy(spec.image),
+                            "ports": [
+                                {"containerPort": GCS_PORT, "name": "gcs-server"},
+                                {"containerPort": DASHBOARD_PORT, "name": "dashboard"},
+                                {"containerPort": CLIENT_PORT, "name": "client"},
+                            ],
+                            "resources": {
+                                "limits": {"memory": HEAD_MEMORY},
+                                "requests": {"cpu": HEAD_CPU, "memory": HEAD_MEMORY},
+                            },
+                            "volumeMounts": _VOLUME_MOUNTS,
+                        }
+                    ],
+                    "volumes": _volumes(spec),
+                    "nodeSelector": {"iam.gke.io/gke-metadata-server-enabled": "true"},
                 },
             },
-            "workerGroupSpecs": [
-                {
-                    "groupName": WORKER_GROUP,
-                    "replicas": replicas[0],
-                    "minReplicas": replicas[1],
-                    "maxReplicas": replicas[2],
-                    "numOfHosts": spec.shape.hosts,
-                    "rayStartParams": {"metrics-export-port": str(WORKER_METRICS_EXPORT_PORT)},
-                    "template": {"metadata": {"annotations": _pod_annotations()}, "spec": worker_pod},
-                }
-            ],
         },
+        "workerGroupSpecs": [
+            {
+                "groupName": WORKER_GROUP,
+                "replicas": spec.num_slices,
+                "minReplicas": spec.min_slices,
+                "maxReplicas": spec.num_slices,
+                "numOfHosts": spec.shape.hosts,
+                "rayStartParams": {"metrics-export-port": str(WORKER_METRICS_EXPORT_PORT)},
+                "template": {"metadata": {"annotations": _pod_annotations()}, "spec": worker_pod},
+            }
+        ],
     }

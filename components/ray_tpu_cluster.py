@@ -1,7 +1,12 @@
-"""RayTpuCluster: the KubeRay RayCluster (and DRA network claim) for multislice TPU training."""
+"""RayTpuCluster: the KubeRay RayCluster (and DRA network claim) for multislice TPU training.
+
+A cluster that holds its slices is one long-lived RayCluster. One that scales them to zero
+has none: each run brings a RayCluster of :attr:`RayTpuCluster.ray_cluster_spec` in its RayJob
+and KubeRay deletes it when the run ends, so no TPU node is left once the runs are over.
+"""
 
 import re
-from typing import NotRequired, Optional, TypedDict
+from typing import Any, Mapping, NotRequired, Optional, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -19,6 +24,7 @@ from components.ray_manifests import (
     compute_class,
     port_use,
     ray_cluster,
+    ray_cluster_spec,
     resource_claim_template,
 )
 from core.capacity import DEFAULT_CAPACITY, check_autopilot_capacity, check_mode, scale_to_zero_for
@@ -32,11 +38,13 @@ DEFAULT_IMAGE = "rayproject/ray:nightly-py312-tpu"
 moving tag (pulled on every start); production stacks should pin a release or digest they tested."""
 DEFAULT_MEGASCALE_PORT = 9915
 _IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?")
+IDLE_TIMEOUT_RETIRED = (
+    "with scale to zero each run brings its own RayCluster and KubeRay deletes it when the run ends, so no slice "
+    "waits idle for a timeout (Ray's autoscaler, which had it, cannot release multi-host slices)"
+)
+"""What replaced the idle timeout, for the error of a config or argument that still sets it."""
 DEFAULT_NUM_SLICES = 2
 """The tutorial's two slices."""
-DEFAULT_IDLE_TIMEOUT_S = 600
-"""Ten idle minutes before a slice goes: long enough to submit the next run without a cold start (minutes
-of TPU start-up and image pull), short enough to cost little (10 min of 2 x v6e-16 on demand: ~$14)."""
 
 
 class RayTpuClusterArgs(TypedDict):
@@ -63,11 +71,9 @@ class RayTpuClusterArgs(TypedDict):
     compute_class: NotRequired[str]
     """Autopilot: name of the ComputeClass created here to provision the TPU nodes with DRANET."""
     capacity: NotRequired[str]
-    """How the slices' VMs are obtained (on-demand, spot, flex-start, reservation); Spot slices are selected by their node label. Default: on-demand."""
+    """How the slices' VMs are obtained (on-demand, spot, flex-start, reservation); Spot and flex-start slices are selected by their node label. Default: on-demand."""
     scale_to_zero: NotRequired[bool]
-    """KubeRay's autoscaler keeps 0 slices until a job asks for them (a worker-group replica is a whole slice) and removes them after idle_timeout_s. Default: true for flex-start (required), false otherwise, as the node pools'."""
-    idle_timeout_s: NotRequired[int]
-    """Seconds a slice may sit idle before the autoscaler removes it, when scale_to_zero. Default: 600."""
+    """No long-lived RayCluster: every run is a RayJob that brings its own cluster (ray_cluster_spec) and deletes it when the run ends, so the slices exist only while a run does. Default: true for flex-start (required), false otherwise, as the node pools'."""
 
 
 class RayTpuClusterRef(TypedDict):
@@ -90,7 +96,9 @@ class RayTpuClusterRef(TypedDict):
     capacity: str
     """How its slices' VMs are obtained."""
     scale_to_zero: bool
-    """Whether it scales its slices to zero, so a job waits minutes for them."""
+    """Whether it scales its slices to zero: a run then brings its own RayCluster and waits minutes for its slices."""
+    ray_cluster_spec: NotRequired[pulumi.Input[Mapping[str, Any]]]
+    """With scale_to_zero: the RayCluster spec each run brings in its RayJob (RayTpuCluster's rayClusterSpec)."""
 
 
 def check_image(image: object, key: str) -> str:
@@ -116,6 +124,11 @@ def check_megascale_port(port: object, key: str) -> int:
 
 def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") -> RayClusterSpec:
     """The pure RayCluster spec, after every rule on the arguments."""
+    if "idle_timeout_s" in args:
+        raise ConfigError(
+            f"{prefix}idle_timeout_s", args["idle_timeout_s"],  # type: ignore[typeddict-item]
+            f"unset: {IDLE_TIMEOUT_RETIRED}",
+        )
     shape = slice_shape(
         args.get("generation", DEFAULT_GENERATION), args.get("topology", DEFAULT_TOPOLOGY), key=f"{prefix}topology", generation_key=f"{prefix}generation"
     )
@@ -147,13 +160,16 @@ def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") 
         compute_class=args.get("compute_class"),
         capacity=capacity,
         scale_to_zero=scale_to_zero_for(capacity, args.get("scale_to_zero")),
-        idle_timeout_s=integer(args.get("idle_timeout_s", DEFAULT_IDLE_TIMEOUT_S), 1, 86400, f"{prefix}idle_timeout_s"),
     )
 
 
-def cluster_ref(spec: RayClusterSpec, ray_cluster_name: pulumi.Input[str]) -> RayTpuClusterRef:
+def cluster_ref(
+    spec: RayClusterSpec, ray_cluster_name: pulumi.Input[str], run_cluster_spec: Optional[pulumi.Input[Mapping]] = None
+) -> RayTpuClusterRef:
     """What a job sees of the RayCluster of ``spec``, named by ``ray_cluster_name`` (the resource's output, or
-    the plain name for checks made before it exists)."""
+    the plain name for checks made before it exists); ``run_cluster_spec``: what a run brings on a cluster that
+    scales to zero (the component's output, or :func:`ray_cluster_spec` of ``spec`` before it exists)."""
+    per_run = {"ray_cluster_spec": run_cluster_spec} if spec.scale_to_zero else {}
     return RayTpuClusterRef(
         ray_cluster_name=ray_cluster_name,
         namespace=spec.namespace,
@@ -164,11 +180,12 @@ def cluster_ref(spec: RayClusterSpec, ray_cluster_name: pulumi.Input[str]) -> Ra
         elastic_min_slices=spec.min_slices,
         capacity=spec.capacity,
         scale_to_zero=spec.scale_to_zero,
+        **per_run,
     )
 
 
 class RayTpuCluster(pulumi.ComponentResource):
-    """A RayCluster with one TPU worker group whose replicas are slices.
+    """A RayCluster with one TPU worker group whose replicas are slices, long-lived or one per run.
 
     Needs a Kubernetes provider for a cluster that has the GKE Ray operator
     add-on (KubeRay >= 1.4 and its TPU webhook), passed with opts providers.
@@ -178,11 +195,13 @@ class RayTpuCluster(pulumi.ComponentResource):
     """
 
     ray_cluster_name: pulumi.Output[str]
-    """The RayCluster's name (known once it exists)."""
+    """The RayCluster's name (known once it exists). With scale_to_zero no RayCluster has it: a run's cluster is named <RayJob>-<5 random characters> by KubeRay."""
     head_service: pulumi.Output[str]
-    """The head Service KubeRay creates: the dashboard and Jobs API, ClusterIP only."""
+    """The head Service KubeRay creates: the dashboard and Jobs API, ClusterIP only. With scale_to_zero, a run's is <its cluster>-head-svc."""
     dashboard_port: pulumi.Output[int]
     """The dashboard / Jobs API port of the head Service."""
+    ray_cluster_spec: pulumi.Output[Optional[Mapping[str, Any]]]
+    """With scale_to_zero: the spec of the RayCluster each run brings (a RayJob's rayClusterSpec), known once what its pods need exists. Otherwise null."""
 
     def __init__(self, name: str, args: RayTpuClusterArgs, opts: Optional[pulumi.ResourceOptions] = None):
         spec = spec_from_args(args)
@@ -204,14 +223,30 @@ class RayTpuCluster(pulumi.ComponentResource):
             self.compute_class = custom_resource(f"{name}-compute-class", compute_class(spec), child)
             prerequisites.append(self.compute_class)
 
-        self.ray_cluster = custom_resource(
-            f"{name}-raycluster", ray_cluster(spec), child_options(self, opts, depends_on=prerequisites)
-        )
+        self.ray_cluster = None
+        if spec.scale_to_zero:
+            # No RayCluster: the spec is known once the claim template and ComputeClass it names exist (and the
+            # identity and bucket whose outputs are in it), so a run waits for those through it.
+            self.ray_cluster_spec = pulumi.Output.all(
+                pulumi.Output.from_input(ray_cluster_spec(spec)), *(p.urn for p in prerequisites)
+            ).apply(lambda resolved: resolved[0])
+            ready: pulumi.Output = self.ray_cluster_spec
+        else:
+            self.ray_cluster = custom_resource(
+                f"{name}-raycluster", ray_cluster(spec), child_options(self, opts, depends_on=prerequisites)
+            )
+            self.ray_cluster_spec = pulumi.Output.from_input(None)
+            ready = self.ray_cluster.urn
         # Tied to the resource so consumers of the name wait for the RayCluster to exist.
-        self.ray_cluster_name = self.ray_cluster.urn.apply(lambda _: spec.name)
+        self.ray_cluster_name = ready.apply(lambda _: spec.name)
         self.head_service = pulumi.Output.from_input(spec.head_service)
         self.dashboard_port = pulumi.Output.from_input(DASHBOARD_PORT)
-        self.ref = cluster_ref(spec, self.ray_cluster_name)
+        self.ref = cluster_ref(spec, self.ray_cluster_name, self.ray_cluster_spec)
         self.register_outputs(
-            {"rayClusterName": self.ray_cluster_name, "headService": self.head_service, "dashboardPort": self.dashboard_port}
+            {
+                "rayClusterName": self.ray_cluster_name,
+                "headService": self.head_service,
+                "dashboardPort": self.dashboard_port,
+                "rayClusterSpec": self.ray_cluster_spec,
+            }
         )

@@ -5,7 +5,7 @@ from typing import NotRequired, Optional, Sequence, TypedDict
 import pulumi
 import pulumi_gcp as gcp
 
-from components._options import child_options
+from components._options import child_options, replaced_in_place
 from components.dcn_networks import AdditionalNetwork
 from components.gke_cluster import CLOUD_PLATFORM_SCOPE
 from core.capacity import DEFAULT_CAPACITY, check_capacity, scale_to_zero_for
@@ -125,7 +125,7 @@ class TpuSliceNodePool(pulumi.ComponentResource):
                 workload_policy=gcp.compute.ResourcePolicyWorkloadPolicyArgs(
                     type="HIGH_THROUGHPUT", accelerator_topology=shape.topology
                 ),
-                opts=child,
+                opts=replaced_in_place(child),
             )
             placement = gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT", policy_name=self.workload_policy.name)
         elif shape.multi_host:
@@ -174,7 +174,7 @@ class TpuSliceNodePool(pulumi.ComponentResource):
             # Flex-start nodes are not repaired (GKE would recreate them outside the request; xpk and
             # Cluster Toolkit turn it off); every other slice keeps the tutorial's auto-repair.
             management=gcp.container.NodePoolManagementArgs(auto_repair=not flex_start, auto_upgrade=True),
-            opts=child,
+            opts=replaced_in_place(child),
         )
         self.pool_name = self.node_pool.name
         self.machine_type = pulumi.Output.from_input(shape.machine_type)

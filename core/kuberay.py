@@ -96,6 +96,12 @@ def run_ray_job(
     return manifest
 
 
+def run_cluster_name_pattern(job_name: str) -> str:
+    """The length of the name KubeRay gives a RayJob's own cluster: ``<RayJob>-<5 random characters>``
+    (``core.naming.RAY_JOB_NAME`` leaves room for it), with the random part as ``xxxxx``."""
+    return f"{job_name}-xxxxx"
+
+
 KUEUE_MAX_WORKER_GROUPS = 17
 
 

@@ -50,7 +50,6 @@ def component_keys(cfg: StackConfig) -> dict[str, str]:
         "RayTpuClusterArgs.megascale_port": key("megascale_port"),
         "RayTpuClusterArgs.capacity": key("capacity"),
         "RayTpuClusterArgs.scale_to_zero": key("scale_to_zero"),
-        "RayTpuClusterArgs.idle_timeout_s": key("idle_timeout_seconds"),
         **{f"MaxTextRunArgs.{field}": key("runs") for field in MaxTextRunArgs.__annotations__},
     }
 

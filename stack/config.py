@@ -28,7 +28,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from components import dcn_networks, gcs_workload_identity, gke_cluster, ray_tpu_cluster, tpu_slice_node_pool
+from components import dcn_networks, gcs_workload_identity, gke_cluster, ray_manifests, ray_tpu_cluster, tpu_slice_node_pool
 from components.gcs_workload_identity import GcsWorkloadIdentityRef
 from components.maxtext_run import MaxTextRunArgs, build_run_job
 from components.ray_manifests import RayClusterSpec
@@ -45,6 +45,8 @@ GCP_KEYS = ("gcp:project", "gcp:region", "gcp:zone")
 RETIRED_KEYS = {
     f"{NAMESPACE}:spot": f"{NAMESPACE}:capacity instead, which replaced it: `pulumi config rm {NAMESPACE}:spot`, then "
     f"`pulumi config set {NAMESPACE}:capacity spot` for Spot slices (on-demand is the default)",
+    f"{NAMESPACE}:idleTimeoutSeconds": f"unset (`pulumi config rm {NAMESPACE}:idleTimeoutSeconds`): "
+    + ray_tpu_cluster.IDLE_TIMEOUT_RETIRED,
 }
 """Keys older stacks set, and what to write instead."""
 
@@ -132,15 +134,7 @@ class DeclaredRun(BaseModel):
     overrides: dict = Field(default_factory=dict, json_schema_extra={"expected": 'an object of MaxText keys, e.g. {"steps": 20}'})
     min_slices: Optional[StrictInt] = Field(None, alias="minSlices", ge=1)
     active_deadline_seconds: Optional[StrictInt] = Field(None, alias="activeDeadlineSeconds", ge=1)
-    backoff_limit: Literal[0] = Field(
-        0,
-        alias="backoffLimit",
-        exclude=True,
-        json_schema_extra={
-            "expected": "0: KubeRay refuses RayJob retries on an existing RayCluster (older releases deleted that cluster "
-            "to retry); a run restarts inside its job instead (Ray Train's max_failures, 3 when elastic or on Spot)"
-        },
-    )
+    backoff_limit: Optional[StrictInt] = Field(None, alias="backoffLimit", ge=0)
     elastic: StrictBool = Field(False, validate_default=True)
     """Set, or implied by an elastic preset or by minSlices (declared last: it reads both)."""
 
@@ -244,10 +238,13 @@ class StackConfig(BaseModel):
     cpu_machine_type: Annotated[str, _pattern(_MACHINE_TYPE, "a Compute Engine machine type such as n1-standard-16")] = Field(
         gke_cluster.DEFAULT_CPU_MACHINE_TYPE,
         alias="gke-ray-tpu:cpuMachineType",
-        description="the CPU pool for the Ray head and system pods (Standard)",
+        description="the CPU pool for the Ray head (and, unless `scaleToZero`, the system pods) (Standard)",
     )
     cpu_node_count: Annotated[int, Field(ge=1, le=1000)] = Field(
-        gke_cluster.DEFAULT_CPU_NODE_COUNT, alias="gke-ray-tpu:cpuNodeCount", description="nodes of that pool, 1-1000"
+        gke_cluster.DEFAULT_CPU_NODE_COUNT,
+        alias="gke-ray-tpu:cpuNodeCount",
+        description="nodes of that pool, 1-1000; with `scaleToZero` it autoscales from 0 to this many (a Ray head per "
+        f"node, one per running run) and one `{gke_cluster.SYSTEM_MACHINE_TYPE}` node runs GKE's system pods",
     )
     enable_multi_networking: Flag = Field(
         False, alias="gke-ray-tpu:enableMultiNetworking", description="as in the tutorial; DRANET does not need it"
@@ -305,14 +302,9 @@ class StackConfig(BaseModel):
     scale_to_zero: Optional[Flag] = Field(
         None,
         alias="gke-ray-tpu:scaleToZero",
-        description="slices are created when a job asks for them (their VMs billed from boot) and removed after `idleTimeoutSeconds` without work: each pool autoscales 0 to its hosts and KubeRay's "
-        "autoscaler adds and removes whole slices; a run then waits minutes for its slices. Unset: true for "
+        description="slices exist only while a run does: each run is a RayJob that brings its own RayCluster and "
+        "deletes it when it ends, each pool autoscales 0 to its hosts, and a run waits minutes for its slices. Unset: true for "
         "`flex-start` (required), false otherwise (a held slice starts runs at once; on demand, one released may not come back)",
-    )
-    idle_timeout_seconds: Annotated[int, Field(ge=60, le=86400)] = Field(
-        ray_tpu_cluster.DEFAULT_IDLE_TIMEOUT_S,
-        alias="gke-ray-tpu:idleTimeoutSeconds",
-        description="with `scaleToZero`: idle seconds before KubeRay's autoscaler removes a slice, 60-86400",
     )
     max_run_duration: Annotated[Optional[int], Field(ge=1, le=capacity_rules.MAX_RUN_DURATION_S)] = Field(
         None,
@@ -374,8 +366,10 @@ class StackConfig(BaseModel):
     runs: Annotated[Json[list[DeclaredRun]], Field(examples=[json.dumps([_RUN_EXAMPLE])]), AfterValidator(_distinct_names)] = Field(
         default=(),
         alias="gke-ray-tpu:runs",
-        description="training runs `pulumi up` applies as KubeRay RayJobs on the stack's RayCluster: a JSON list of "
-        "`{name, preset, overrides, elastic, minSlices, activeDeadlineSeconds, backoffLimit}`; checked like the submit command's, and a run that does not fit fails preview",
+        description="training runs `pulumi up` applies as KubeRay RayJobs, on the stack's RayCluster or, with `scaleToZero`, "
+        "each with its own: a JSON list of `{name, preset, overrides, elastic, minSlices, activeDeadlineSeconds, backoffLimit}` "
+        "(`backoffLimit`: retries, each on a new cluster, so above 0 only with `scaleToZero`); checked like the submit "
+        "command's, and a run that does not fit fails preview",
     )
     compile_check: Flag = Field(
         False,
@@ -472,7 +466,6 @@ class StackConfig(BaseModel):
             megascale_port=self.megascale_port,
             capacity=self.capacity,
             scale_to_zero=self.scale_to_zero_or_default,
-            idle_timeout_s=self.idle_timeout_seconds,
             **({"elastic_min_slices": self.elastic_min_slices} if self.elastic_min_slices is not None else {}),
             **({"compute_class": self.compute_class_name} if self.autopilot else {}),
         )
@@ -487,7 +480,7 @@ class StackConfig(BaseModel):
     def planned_ray_cluster(self) -> RayTpuClusterRef:
         """The stack's RayTpuCluster as its runs see it."""
         spec = self.planned_cluster_spec
-        return ray_tpu_cluster.cluster_ref(spec, spec.name)
+        return ray_tpu_cluster.cluster_ref(spec, spec.name, ray_manifests.ray_cluster_spec(spec))
 
     def run_args(self, index: int, ray_cluster: RayTpuClusterRef) -> MaxTextRunArgs:
         """The MaxTextRun of declared run ``index`` on ``ray_cluster`` (the RayTpuCluster, or its fields)."""

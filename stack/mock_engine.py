@@ -115,6 +115,8 @@ class MockGke:
     existing_state: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Outputs, by resource type, that differ from the inputs because the resource already exists
     (a bucket created flat before the stack asked for a hierarchical namespace, say)."""
+    deployed_outputs: Mapping[str, Any] = field(default_factory=dict)
+    """The stack's outputs from its last update, as a StackReference to itself reads them (none: never deployed)."""
 
     def engine_versions(self, prefix: str) -> dict:
         """``getEngineVersions`` as the provider computes it: a prefix filter on each list."""
@@ -136,6 +138,9 @@ class _StackMocks(pulumi.runtime.Mocks):
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         outputs = dict(args.inputs)
+        if args.typ == "pulumi:pulumi:StackReference":
+            return args.resource_id, {"name": args.resource_id, "outputs": dict(self.gke.deployed_outputs),
+                                      "secretOutputNames": []}
         if args.typ == "gcp:container/cluster:Cluster":
             if args.resource_id:  # Cluster.get: a cluster this stack reads, named by its ID
                 _, project, _, location, _, name = args.resource_id.split("/")

@@ -9,6 +9,7 @@ is an estimate; the cost is information.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional
 
@@ -21,6 +22,7 @@ from core.maxtext import BASE_DEFAULTS, Value
 from core.job_spec import COMPILATION_CACHE_DIR, JobSpec, bucket_url, build_job
 from core.parallelism import check_elastic
 from core.presets import DEFAULT_PRESET, get_preset
+from components import gke_cluster
 from stack import xla_check
 from stack.config import StackConfig, config_key
 
@@ -198,8 +200,13 @@ def _compiled(cfg: StackConfig, job: JobSpec, key: str, name: str, report: Prefl
 
 
 def stack_costs(cfg: StackConfig) -> list[CapacityCost]:
-    """The stack under every capacity mode its TPU generation allows (the CPU pool and the fee only where the stack owns them)."""
-    cpu = None if cfg.autopilot or cfg.existing_cluster_name else cpu_machine_usd_per_hour(cfg.cpu_machine_type)
+    """The stack under every capacity mode its TPU generation allows (the CPU pool and the fee only where the stack owns them).
+
+    Held, the CPU pool runs all its nodes; scaled to zero, the system pool's node stays and the pool of Ray heads
+    has one node while one run trains, none while no run exists (GkeRayCluster)."""
+    owned = not (cfg.autopilot or cfg.existing_cluster_name)
+    cpu = cpu_machine_usd_per_hour(cfg.cpu_machine_type) if owned else None
+    system = cpu_machine_usd_per_hour(gke_cluster.SYSTEM_MACHINE_TYPE) * gke_cluster.SYSTEM_NODE_COUNT if owned else None
     modes = tuple(mode for mode in CAPACITY_MODES if mode != "flex-start" or cfg.shape.generation.flex_start)
     return capacity_costs(
         cfg.shape, cfg.num_slices, cfg.region,
@@ -208,6 +215,7 @@ def stack_costs(cfg: StackConfig) -> list[CapacityCost]:
         cluster_fee=not cfg.existing_cluster_name,
         modes=modes,
         region_key="gcp:region",
+        per_run_cpu_usd_per_hour=(system, None if cpu is None else system + cpu),
     )
 
 
@@ -222,8 +230,15 @@ def check_idle_cost(cfg: StackConfig, info: Callable[[str], None], warn: Callabl
         pool = "the Ray head's Autopilot pod not priced"
     elif cfg.existing_cluster_name:
         pool = "the existing cluster's nodes and fee not counted"
-    elif costs[0].cpu_usd_per_hour is None:
+    elif cpu_machine_usd_per_hour(cfg.cpu_machine_type) is None:
         pool = f"CPU pool of {cfg.cpu_machine_type} not priced (N1/N2 standard and highmem are)"
+    elif cfg.scale_to_zero_or_default:
+        head = cpu_machine_usd_per_hour(cfg.cpu_machine_type)
+        pool = (
+            f"system pool {gke_cluster.SYSTEM_NODE_COUNT} x {gke_cluster.SYSTEM_MACHINE_TYPE} "
+            f"${cpu_machine_usd_per_hour(gke_cluster.SYSTEM_MACHINE_TYPE):,.2f}/h, Ray head pool 0-{cfg.cpu_node_count} x "
+            f"{cfg.cpu_machine_type} (${head:,.2f}/h per running run), GKE fee $0.10/h"
+        )
     else:
         pool = f"CPU pool {cfg.cpu_node_count} x {cfg.cpu_machine_type} ${costs[0].cpu_usd_per_hour:,.2f}/h, GKE fee $0.10/h"
     what = f"{cfg.num_slices} x {cfg.shape.pod_type} = {cfg.num_slices * cfg.shape.chips} chips in {cfg.region}; {pool}"
@@ -237,3 +252,33 @@ def check_idle_cost(cfg: StackConfig, info: Callable[[str], None], warn: Callabl
             "minutes for its slices)"
         )
     return costs
+
+
+def check_recreated_slices(cfg: StackConfig, deployed: Mapping[str, object], warn: Callable[[str], None]) -> None:
+    """Warn when the config changes what the deployed stack's TPU node pools are made of (its last outputs:
+    ``deployed``): GKE cannot change a pool's VMs in place, so each pool is deleted and created again (first
+    deleted: the names are fixed) and whatever runs on its slices stops."""
+    shape = cfg.shape
+    now = {
+        "capacity": (cfg.capacity, "capacity"),
+        "scaleToZero": (cfg.scale_to_zero_or_default, "scale_to_zero"),
+        "tpuGeneration": (shape.generation.name, "tpu_generation"),
+        "topology": (shape.topology, "tpu_topology"),
+    }
+
+    def shown(value: object) -> str:
+        return json.dumps(value) if isinstance(value, bool) else str(value)  # as Pulumi config spells it
+
+    changed = [
+        f"{config_key(field)} {shown(deployed[output])} -> {shown(value)}"
+        for output, (value, field) in now.items()
+        if deployed.get(output) is not None and deployed[output] != value
+    ]
+    if changed:
+        pools = "its TPU node pools are deleted and created again (GKE changes no VM in place)"
+        if cfg.autopilot:
+            pools = "Autopilot provisions its slices anew"
+        warn(
+            f"{', '.join(changed)}: {pools}, and the RayCluster changes with them; every run on the slices stops "
+            "now (a run resumes from its last checkpoint when submitted again). Stop or let finish the runs first."
+        )

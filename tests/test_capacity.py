@@ -11,13 +11,14 @@ from components.ray_tpu_cluster import spec_from_args
 from components.tpu_slice_node_pool import check_args
 from core.errors import ConfigError
 from core.job_spec import COLD_START_ENV_VARS, RUNTIME_ENV_VARS
+from core.kuberay import ray_job_problems
 from stack import preview
 from stack.config import parse_stack_config
-from stack.mock_engine import OfflineRun, run_offline
+from stack.mock_engine import MockGke, OfflineRun, run_offline
 from stack.preflight import stack_costs
 from tests.conftest import with_keys
 from tests.schemas import validate_ray_cluster, validate_ray_job
-from tests.test_stack_dev import RAYCLUSTER, RAYJOB, tpu_pools
+from tests.test_stack_dev import NODE_POOL, RAYCLUSTER, RAYJOB, tpu_pools
 
 IDENTITY = {"bucket_name": "b", "ksa_name": "ray-tpu-ksa", "namespace": "default"}
 """A GcsWorkloadIdentity as RayTpuCluster sees it."""
@@ -53,73 +54,40 @@ def test_flex_start_pools_are_dws_slices_that_start_empty(flex):
     assert flex.outputs["capacity"] == "flex-start" and flex.outputs["scaleToZero"] is True
 
 
-def test_a_scale_to_zero_raycluster_autoscales_whole_slices(flex):
-    manifest = flex.one(RAYCLUSTER).inputs
-    assert manifest["spec"]["enableInTreeAutoscaling"] is True
-    assert manifest["spec"]["autoscalerOptions"] == {"version": "v1", "upscalingMode": "Default", "idleTimeoutSeconds": 600}
-    group = worker_group(flex)
-    assert (group["replicas"], group["minReplicas"], group["maxReplicas"], group["numOfHosts"]) == (0, 0, 2, HOSTS)
-    # The autoscaler derives TPU and TPU-v6e-16-head from these selectors before any pod exists.
+def run_cluster_group(run) -> dict:
+    """The TPU worker group of the RayCluster the stack's declared run brings (a scale-to-zero stack)."""
+    job = run.one(RAYJOB).inputs
+    validate_ray_job(job)  # the vendored KubeRay CRD, unknown fields refused
+    assert ray_job_problems(job) == []
+    (group,) = job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    return group
+
+
+def test_a_scale_to_zero_stack_keeps_no_raycluster_and_each_run_brings_and_deletes_its_own(flex, dev_run):
+    assert flex.of_type(RAYCLUSTER) == []
+    job = flex.one(RAYJOB).inputs["spec"]
+    assert job["shutdownAfterJobFinishes"] is True and "clusterSelector" not in job
+    assert "enableInTreeAutoscaling" not in job["rayClusterSpec"] and "autoscalerOptions" not in job["rayClusterSpec"]
+    group = run_cluster_group(flex)
+    # Every slice of the stack, all hosts each, started with the run's cluster and gone with it.
+    assert (group["replicas"], group["numOfHosts"]) == (2, HOSTS)
     selector = group["template"]["spec"]["nodeSelector"]
-    assert selector["cloud.google.com/gke-tpu-accelerator"] == "tpu-v6e-slice"
+    assert selector["cloud.google.com/gke-flex-start"] == "true" and "cloud.google.com/gke-spot" not in selector
     assert selector["cloud.google.com/gke-tpu-topology"] == "4x4"
-
-
-def test_declared_runs_wait_minutes_for_slices_only_on_a_scale_to_zero_stack(flex, dev_run):
-    def env_of(run):
-        job = run.one(RAYJOB).inputs
-        validate_ray_job(job)
-        return yaml.safe_load(job["spec"]["runtimeEnvYAML"])["env_vars"]
-
-    cold = env_of(flex)
-    for name, value in COLD_START_ENV_VARS.items():
-        assert cold[name] == value
-    assert int(cold["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"]) >= 600
-    assert env_of(dev_run)["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] == RUNTIME_ENV_VARS["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"]
-    # A changed runtime env is a new Ray job of the same run (KubeRay submits a job id once).
-    assert flex.one(RAYJOB).inputs["spec"]["jobId"] != dev_run.one(RAYJOB).inputs["spec"]["jobId"]
-
-
-@pytest.mark.parametrize(
-    "changes, node, affinity",
-    [
-        ({}, {}, "ANY_RESERVATION"),
-        ({"capacity": "spot"}, {"spot": True}, "NO_RESERVATION"),
-        ({"capacity": "reservation", "reservation": "trillium"}, {}, "SPECIFIC_RESERVATION"),
-    ],
-    ids=["on-demand", "spot", "reservation"],
-)
-def test_every_mode_holds_or_scales_its_slices_as_asked(run_stack, changes, node, affinity):
-    for scale in ("false", "true"):
-        run = run_stack(**changes, scaleToZero=scale, idleTimeoutSeconds="900")
-        for pool in tpu_pools(run):
-            inputs = pool.inputs
-            assert inputs["nodeConfig"]["reservationAffinity"]["consumeReservationType"] == affinity
-            assert {key: inputs["nodeConfig"][key] for key in node} == node
-            assert "flexStart" not in inputs["nodeConfig"]
-            assert inputs["management"]["autoRepair"] is True
-            if scale == "true":
-                assert inputs["autoscaling"] == {"minNodeCount": 0, "maxNodeCount": HOSTS}
-                assert "nodeCount" not in inputs
-            else:
-                assert inputs["nodeCount"] == HOSTS and "autoscaling" not in inputs
-        manifest = run.one(RAYCLUSTER).inputs
-        group = worker_group(run)
-        if scale == "true":
-            assert manifest["spec"]["autoscalerOptions"]["idleTimeoutSeconds"] == 900
-            assert (group["replicas"], group["minReplicas"]) == (0, 0)
-        else:
-            assert "enableInTreeAutoscaling" not in manifest["spec"]
-            assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (2, 1, 2)
-        assert run.outputs["scaleToZero"] is (scale == "true")
-
-
-def test_autopilot_scales_to_zero_through_the_raycluster_alone(run_stack):
-    run = run_stack(clusterMode="autopilot", capacity="spot", scaleToZero="true")
-    assert tpu_pools(run) == []
-    group = worker_group(run)
-    assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (0, 0, 2)
-    assert group["template"]["spec"]["nodeSelector"]["cloud.google.com/gke-spot"] == "true"
+    assert group["template"]["spec"]["resourceClaims"] == [
+        {"name": "netdev", "resourceClaimTemplateName": "maxtext-tpu-cluster-dcn-netdev"}
+    ]
+    assert flex.one("kubernetes:resource.k8s.io/v1:ResourceClaimTemplate").inputs["metadata"]["name"] == (
+        "maxtext-tpu-cluster-dcn-netdev"
+    )
+    # The submit command builds its runs' clusters from the same spec, read from the stack's outputs.
+    assert flex.outputs["rayClusterSpec"] == job["rayClusterSpec"]
+    assert dev_run.outputs.get("rayClusterSpec") is None
+    held = dev_run.one(RAYCLUSTER).inputs["spec"]
+    assert {key: value for key, value in held.items()} == {
+        **job["rayClusterSpec"],
+        "workerGroupSpecs": held["workerGroupSpecs"],
+    }, "a run's cluster is the held RayCluster's spec but its capacity selector"
 
 
 @pytest.mark.parametrize(
@@ -142,7 +110,12 @@ def test_autopilot_scales_to_zero_through_the_raycluster_alone(run_stack):
         ({"capacity": "spot", "maxRunDuration": "3600"}, "gke-ray-tpu:maxRunDuration", "bounds flex-start nodes only"),
         ({"capacity": "flex-start", "maxRunDuration": "604801"}, "gke-ray-tpu:maxRunDuration", "between 1 and 604800"),
         ({"scaleToZero": "sometimes"}, "gke-ray-tpu:scaleToZero", "true or false"),
-        ({"idleTimeoutSeconds": "5"}, "gke-ray-tpu:idleTimeoutSeconds", "between 60 and 86400"),
+        ({"capacity": "flex-start", "idleTimeoutSeconds": "600"}, "gke-ray-tpu:idleTimeoutSeconds",
+         "each run brings its own RayCluster and KubeRay deletes it when the run ends"),
+        ({"runs": json.dumps([{"name": "r", "backoffLimit": 1}])}, "gke-ray-tpu:runs[0].backoffLimit",
+         "retries, each on a new cluster, need scaleToZero"),
+        ({"capacity": "flex-start", "runs": json.dumps([{"name": "r", "backoffLimit": -1}])},
+         "gke-ray-tpu:runs[0].backoffLimit", "an integer >= 0"),
         ({"spot": "true"}, "gke-ray-tpu:spot", "gke-ray-tpu:capacity instead"),
     ],
 )
@@ -184,18 +157,20 @@ def test_the_raycluster_component_refuses_a_capacity_its_compute_class_cannot_as
         spec_from_args({"workload_identity": IDENTITY, "capacity": "ondemand"})
 
 
-def test_a_flex_start_stack_costs_about_its_cpu_pool_while_idle(dev_config):
+def test_a_flex_start_stack_costs_the_gke_fee_and_one_small_node_while_idle(dev_config):
     cfg = parse_stack_config(with_keys(dev_config, capacity="flex-start"))
     costs = {cost.capacity: cost for cost in stack_costs(cfg)}
     flex = costs["flex-start"]
-    cpu = flex.cpu_usd_per_hour
-    assert cpu == pytest.approx(3 * 16 * (0.031611 + 3.75 * 0.004237))  # 3 x n1-standard-16
-    assert flex.idle_usd_per_hour == pytest.approx(cpu + 0.10)
-    assert flex.training_usd_per_hour == pytest.approx(cpu + 0.10 + 32 * 2.70)
-    # Held on demand, the same slices cost the whole TPU bill while idle; a reservation is billed either way.
+    system = 0.021811 + 4 * 0.002923  # one e2-medium (shared core: 1 vCPU, 4 GiB)
+    head = 16 * (0.031611 + 3.75 * 0.004237)  # one n1-standard-16 for the running run's Ray head
+    assert flex.idle_usd_per_hour == pytest.approx(system + 0.10, rel=1e-3)
+    assert flex.training_usd_per_hour == pytest.approx(system + head + 0.10 + 32 * 2.70, rel=1e-3)
+    assert flex.idle_usd_per_hour <= 0.01 * flex.training_usd_per_hour
+    # Held on demand, the same slices and the whole CPU pool cost as much idle as training; a reservation is billed either way.
     held = {cost.capacity: cost for cost in stack_costs(parse_stack_config(dev_config))}
-    assert held["on-demand"].idle_usd_per_hour == pytest.approx(flex.training_usd_per_hour)
-    assert costs["reservation"].idle_usd_per_hour == pytest.approx(flex.training_usd_per_hour)
+    assert held["on-demand"].idle_usd_per_hour == pytest.approx(held["on-demand"].training_usd_per_hour)
+    assert held["on-demand"].idle_usd_per_hour > 32 * 2.70 + 3 * head
+    assert costs["reservation"].idle_usd_per_hour > 32 * 2.70
     assert held["spot"].training_usd_per_hour < held["on-demand"].training_usd_per_hour
 
 
@@ -210,8 +185,60 @@ def test_preview_prints_the_cost_per_mode_and_warns_about_slices_held_for_nothin
 
     flex = offline_preview(capacity="flex-start")
     row = next(line for line in flex.splitlines() if line.startswith("* flex-start"))
-    assert row.split()[-3:] == ["2.38", "88.78", "1,737"]  # idle $/h, training $/h, idle month
+    idle, training, month = (float(value.replace(",", "")) for value in row.split()[-3:])
+    assert 0 < idle <= 0.01 * training and month == pytest.approx(idle * 730, rel=0.05)  # idle is rounded to cents
+    assert "system pool 1 x e2-medium" in flex and "Ray head pool 0-3 x n1-standard-16" in flex
     assert "warning:" not in flex
     held = offline_preview(runs=None)
-    assert "warning: this stack holds its 32 TPU chips while no run is declared: $88.78/hour idle" in held
+    assert "warning: this stack holds its 32 TPU chips while no run is declared: $" in held
     assert "gke-ray-tpu:scaleToZero true" in held
+
+
+def test_a_run_with_its_own_cluster_may_retry_on_a_new_one(run_stack):
+    run = run_stack(capacity="flex-start", runs=json.dumps([{"name": "r", "backoffLimit": 2, "activeDeadlineSeconds": 7200}]))
+    job = run.one(RAYJOB).inputs
+    assert ray_job_problems(job) == []
+    assert (job["spec"]["backoffLimit"], job["spec"]["activeDeadlineSeconds"]) == (2, 7200)
+    assert run.outputs["runs"][0]["submissionId"] == job["spec"]["jobId"]
+
+
+def test_an_idle_scale_to_zero_stack_keeps_one_small_system_node_and_no_ray_head(flex, dev_run):
+    system = flex.one(NODE_POOL, "gke-system-pool").inputs
+    assert (system["nodeConfig"]["machineType"], system["nodeCount"]) == ("e2-medium", 1)
+    heads = flex.one(NODE_POOL, "gke-cpu-pool").inputs
+    assert heads["autoscaling"] == {"minNodeCount": 0, "maxNodeCount": 3}
+    assert heads["initialNodeCount"] == 0 and "nodeCount" not in heads
+    # A held stack: one fixed pool for the head and the system pods, as the tutorial's.
+    assert [p.name for p in dev_run.of_type(NODE_POOL) if p.name == "gke-system-pool"] == []
+    assert dev_run.one(NODE_POOL, "gke-cpu-pool").inputs["nodeCount"] == 3
+
+
+def test_node_pools_with_fixed_names_are_deleted_before_they_are_replaced(flex, run_stack):
+    ironwood = run_stack(tpuGeneration="tpu7x", tpuTopology="2x2x2", dcnCidrs=None, numSlices="1", runs=None)
+    for run in (flex, ironwood):
+        for pool in run.of_type(NODE_POOL):
+            assert pool.delete_before_replace, f"{pool.name} would be created again under its own name first"
+    (policy,) = ironwood.of_type("gcp:compute/resourcePolicy:ResourcePolicy")
+    assert policy.delete_before_replace
+
+
+@pytest.mark.parametrize(
+    "deployed, changes, named",
+    [
+        ({"capacity": "on-demand", "scaleToZero": False}, {"capacity": "flex-start"},
+         ["gke-ray-tpu:capacity on-demand -> flex-start", "gke-ray-tpu:scaleToZero false -> true"]),
+        ({"capacity": "on-demand", "scaleToZero": False, "topology": "4x8"}, {}, ["gke-ray-tpu:tpuTopology 4x8 -> 4x4"]),
+        ({"capacity": "spot", "scaleToZero": True, "tpuGeneration": "v6e"}, {"capacity": "spot", "scaleToZero": "true"}, []),
+        ({}, {"capacity": "flex-start"}, []),  # never deployed
+    ],
+)
+def test_preview_warns_when_a_change_recreates_the_deployed_slices(dev_config, deployed, changes, named):
+    run = run_offline(with_keys(dev_config, **changes), gke=MockGke(deployed_outputs=deployed))
+    warnings = [message for level, message in run.logs if level == "warning" and "every run on the slices stops" in message]
+    if not named:
+        assert warnings == []
+        return
+    (warning,) = warnings
+    for change in named:
+        assert change in warning
+    assert "TPU node pools are deleted and created again" in warning

@@ -47,21 +47,32 @@ def flag(args: list[str], name: str) -> str:
 def test_a_run_takes_everything_of_its_cluster_from_the_cluster(tmp_path):
     run = run_program(tmp_path, 'num_slices=3, elastic_min_slices=2, capacity="spot", scale_to_zero=True',
                       'preset="llama3-8b-elastic"')
-    cluster, job = run.one(RAYCLUSTER).inputs, run.one(RAYJOB).inputs
-    assert job["metadata"] == {"name": "team-run", "namespace": cluster["metadata"]["namespace"]}
-    assert cluster["metadata"] == {"name": "team-tpus", "namespace": "training"}  # the identity's namespace
-    assert job["spec"]["clusterSelector"] == {"ray.io/cluster": "team-tpus"}
+    # The cluster scales to zero: no RayCluster; the run brings its own, in the identity's namespace.
+    assert run.of_type(RAYCLUSTER) == []
+    job = run.one(RAYJOB).inputs
+    cluster = job["spec"]["rayClusterSpec"]
+    assert job["metadata"] == {"name": "team-run", "namespace": "training"}
+    assert "clusterSelector" not in job["spec"] and job["spec"]["shutdownAfterJobFinishes"] is True
     args = argv(run.one(RAYJOB))
     assert (flag(args, "--slices"), flag(args, "--generation"), flag(args, "--topology")) == ("3", "v6e", "4x4")
     # The elastic lower bound is the cluster's, not 1: the RayCluster keeps no fewer slices.
-    assert flag(args, "--min-slices") == "2" and cluster["spec"]["workerGroupSpecs"][0]["maxReplicas"] == 3
-    # The cluster scales to zero: the job waits minutes for its slices.
+    assert flag(args, "--min-slices") == "2" and cluster["workerGroupSpecs"][0]["maxReplicas"] == 3
+    # Its slices start with its cluster: the job waits minutes for them.
     assert COLD_START_ENV_VARS.items() <= yaml.safe_load(job["spec"]["runtimeEnvYAML"])["env_vars"].items()
     # The code archive goes to the identity's bucket, which the cluster's pods mount and run as its account.
     assert run.one(BUCKET_OBJECT).inputs["bucket"] == "team-ckpt"
-    pod = cluster["spec"]["headGroupSpec"]["template"]["spec"]
+    pod = cluster["headGroupSpec"]["template"]["spec"]
     assert pod["serviceAccountName"] == run.one(KSA).inputs["metadata"]["name"] == "trainer"
     assert next(v for v in pod["volumes"] if "csi" in v)["csi"]["volumeAttributes"]["bucketName"] == "team-ckpt"
+
+
+def test_a_run_on_a_held_cluster_is_sent_to_it(tmp_path):
+    run = run_program(tmp_path, 'num_slices=2, capacity="spot"', 'preset="llama3-8b"')
+    cluster, job = run.one(RAYCLUSTER).inputs, run.one(RAYJOB).inputs
+    assert cluster["metadata"] == {"name": "team-tpus", "namespace": "training"}  # the identity's namespace
+    assert job["metadata"] == {"name": "team-run", "namespace": "training"}
+    assert job["spec"]["clusterSelector"] == {"ray.io/cluster": "team-tpus"}
+    assert "rayClusterSpec" not in job["spec"] and job["spec"]["shutdownAfterJobFinishes"] is False
 
 
 def test_a_static_run_on_spot_slices_restarts(tmp_path):
@@ -87,3 +98,13 @@ def test_the_run_and_the_cluster_wait_for_what_they_are_given(tmp_path):
         "storage-ksa", "storage-object-user", "storage-bucket-reader"}
     assert names(run.one(RAYJOB).input_dependencies["spec"]) == {"ray-raycluster"}
     assert names(run.one(BUCKET_OBJECT).input_dependencies["bucket"]) == {"ray-raycluster"}
+
+
+def test_a_run_with_its_own_cluster_waits_for_what_its_pods_need(tmp_path):
+    run = run_program(tmp_path, 'num_slices=2, capacity="spot", scale_to_zero=True', 'preset="llama3-8b"')
+
+    def names(urns) -> set[str]:
+        return {urn.rsplit("::", 1)[1] for urn in urns}
+
+    # Its pods run as the account (after its bindings) and claim the DCN NICs of the template the cluster created.
+    assert {"storage-ksa", "ray-netdev-claim"} <= names(run.one(RAYJOB).input_dependencies["spec"])

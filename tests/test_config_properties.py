@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.errors import ConfigError
+from core.kuberay import ray_job_problems
 from stack.config import NAMESPACE, RETIRED_KEYS, StackConfig, parse_stack_config
 from stack.mock_engine import OfflineRun, run_offline
 from stack import xla_check
@@ -99,24 +100,27 @@ def violations(run: OfflineRun) -> list[str]:
                 for claim in pod.get("resourceClaims", []):
                     need(subdomain(claim["resourceClaimTemplateName"]), f"claim template {claim!r}")
         elif kind == "kubernetes:ray.io/v1:RayJob":
-            # KubeRay: a DNS-1035 label of at most 47; with clusterSelector, no retries and the cluster's namespace.
+            # KubeRay: a DNS-1035 label of at most 47; with clusterSelector, no retries and the cluster's namespace;
+            # else its own cluster, deleted when it ends (what Kueue manages too).
             need(bool(DNS_1035.fullmatch(name)) and len(name) <= 47, f"RayJob {name!r}")
             spec = inputs["spec"]
-            clusters = {(c.inputs["metadata"]["name"], c.inputs["metadata"].get("namespace"))
-                        for c in run.of_type("kubernetes:ray.io/v1:RayCluster")}
-            target = (spec["clusterSelector"]["ray.io/cluster"], inputs["metadata"].get("namespace"))
-            need(target in clusters, f"RayJob {name!r} selects no RayCluster of the stack")
-            need(spec.get("backoffLimit", 0) == 0, f"RayJob {name!r} retries on a shared cluster")
+            need(ray_job_problems(inputs) == [], f"RayJob {name!r}: {ray_job_problems(inputs)}")
+            if "clusterSelector" in spec:
+                clusters = {(c.inputs["metadata"]["name"], c.inputs["metadata"].get("namespace"))
+                            for c in run.of_type("kubernetes:ray.io/v1:RayCluster")}
+                target = (spec["clusterSelector"]["ray.io/cluster"], inputs["metadata"].get("namespace"))
+                need(target in clusters, f"RayJob {name!r} selects no RayCluster of the stack")
+            else:
+                need(spec.get("shutdownAfterJobFinishes") is True, f"RayJob {name!r} leaves its cluster behind")
         affinity = (inputs.get("nodeConfig") or {}).get("reservationAffinity") or {}
         for value in affinity.get("values", []):
             need(bool(GCE.fullmatch(value.rsplit("/", 1)[-1])), f"reservation {value!r}")
         if kind == "gcp:container/nodePool:NodePool":
             found.extend(capacity_violations(inputs, affinity))
         if kind == "kubernetes:ray.io/v1:RayCluster":
+            need("enableInTreeAutoscaling" not in inputs["spec"], "Ray's autoscaler cannot release multi-host slices")
             for group in inputs["spec"]["workerGroupSpecs"]:
-                need(group["minReplicas"] <= group["replicas"] <= group["maxReplicas"], f"replicas of {group}")
-                if group["minReplicas"] == 0:
-                    need(inputs["spec"].get("enableInTreeAutoscaling") is True, "a group at 0 replicas nothing scales up")
+                need(0 < group["minReplicas"] <= group["replicas"] <= group["maxReplicas"], f"replicas of {group}")
     return found
 
 

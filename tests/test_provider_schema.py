@@ -47,6 +47,8 @@ class Contract:
     inputs: dict[str, str]
     required: frozenset[str]
     outputs: dict[str, str]
+    optional_outputs: frozenset[str] = frozenset()
+    """Outputs that are null where they do not apply."""
 
 
 def _strings(*names: str) -> dict[str, str]:
@@ -66,6 +68,7 @@ CONTRACT = {
             "deletionProtection": "boolean",
             "cpuMachineType": "string",
             "cpuNodeCount": "integer",
+            "scaleToZero": "boolean",
             "enableMultiNetworking": "boolean",
             "rayClusterLogging": "boolean",
             "rayClusterMonitoring": "boolean",
@@ -113,10 +116,10 @@ CONTRACT = {
             "computeClass": "string",
             "capacity": "string",
             "scaleToZero": "boolean",
-            "idleTimeoutS": "integer",
         },
         required=frozenset({"workloadIdentity"}),
-        outputs={**_strings("rayClusterName", "headService"), "dashboardPort": "integer"},
+        outputs={**_strings("rayClusterName", "headService"), "dashboardPort": "integer", "rayClusterSpec": "map<any>"},
+        optional_outputs=frozenset({"rayClusterSpec"}),  # a cluster that holds its slices has no per-run spec
     ),
     "MaxTextRun": Contract(
         inputs={
@@ -127,6 +130,7 @@ CONTRACT = {
             "elastic": "boolean",
             "minSlices": "integer",
             "activeDeadlineSeconds": "integer",
+            "backoffLimit": "integer",
         },
         required=frozenset({"runName", "rayCluster"}),
         outputs=_strings("rayJobName", "submissionId", "checkpointDir", "codeObject"),
@@ -268,7 +272,7 @@ def test_outputs_are_the_class_annotations(schema, name):
     declared = resource(schema, name)
     contract = CONTRACT[name]
     assert {prop: kind(node) for prop, node in declared["properties"].items()} == contract.outputs
-    assert set(declared["required"]) == set(contract.outputs)  # no output is Optional
+    assert set(declared["required"]) == set(contract.outputs) - contract.optional_outputs
     assert [prop for prop, node in declared["properties"].items() if not node.get("description", "").strip()] == []
 
 
@@ -294,13 +298,17 @@ REFS = {
     "GcsWorkloadIdentityRef": ("GcsWorkloadIdentity", ("RayTpuCluster", "workloadIdentity"),
                                {"bucketName": "GcsWorkloadIdentity", "ksaName": "GcsWorkloadIdentity"}),
     "RayTpuClusterRef": ("RayTpuCluster", ("MaxTextRun", "rayCluster"),
-                         {"rayClusterName": "RayTpuCluster", "bucketName": "GcsWorkloadIdentity"}),
+                         {"rayClusterName": "RayTpuCluster", "bucketName": "GcsWorkloadIdentity",
+                          "rayClusterSpec": "RayTpuCluster"}),
 }
+OPTIONAL_REF_FIELDS = {"RayTpuClusterRef": {"rayClusterSpec"}}
+"""Fields set only where they apply (a cluster's per-run spec only where it scales to zero)."""
 REF_FIELDS = {
     "GcsWorkloadIdentityRef": _strings("bucketName", "ksaName", "namespace"),
     "RayTpuClusterRef": {
         **_strings("rayClusterName", "namespace", "bucketName", "generation", "topology"),
         "numSlices": "integer", "elasticMinSlices": "integer", "capacity": "string", "scaleToZero": "boolean",
+        "rayClusterSpec": "map<any>",
     },
 }
 
@@ -316,7 +324,7 @@ def test_a_component_input_is_declared_as_the_fields_of_the_component(schema, re
     assert "cannot pass a component between languages (a reference arrives as its URN only)" in declared["description"]
     fields = declared["properties"]
     assert {name: kind(node) for name, node in fields.items()} == REF_FIELDS[ref]
-    assert set(declared["required"]) == set(fields)
+    assert set(declared["required"]) == set(fields) - OPTIONAL_REF_FIELDS.get(ref, set())
     # The fields that take Inputs are exactly those a program wires from outputs, and carry the outputs' names.
     assert {name for name, node in fields.items() if not node.get("plain")} == set(from_outputs)
     for name, producer in from_outputs.items():
@@ -418,7 +426,6 @@ def stated_defaults() -> dict[tuple[str, str], str]:
         ("RayTpuCluster", "numSlices"): f"Default: {ray_tpu_cluster.DEFAULT_NUM_SLICES}.",
         ("RayTpuCluster", "image"): f"Default: the tutorial's {ray_tpu_cluster.DEFAULT_IMAGE}.",
         ("RayTpuCluster", "megascalePort"): f"Default: {ray_tpu_cluster.DEFAULT_MEGASCALE_PORT},",
-        ("RayTpuCluster", "idleTimeoutS"): f"Default: {ray_tpu_cluster.DEFAULT_IDLE_TIMEOUT_S}.",
         **{("RayTpuCluster", prop): f"Default: {value}." for prop, value in shape.items()},
         **{("TpuSliceNodePool", prop): f"Default: {value}" for prop, value in shape.items()},
     }

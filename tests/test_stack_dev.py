@@ -305,6 +305,7 @@ def test_stack_outputs_feed_the_submit_step(dev_run):
         "chipsPerSlice": 16,
         "capacity": "on-demand",
         "scaleToZero": False,
+        "rayClusterSpec": None,
         "elasticMinSlices": 1,
         "runs": [{
             "name": "baseline-8b",

@@ -135,12 +135,15 @@ class CapacityCost:
     slices_billed_idle: bool
     """The slices are billed while no run trains: held (no scale to zero) or reserved."""
     cpu_usd_per_hour: Optional[float]
-    """The CPU pool (None: its machine type is not in the price table)."""
+    """The CPU nodes while a run trains (None: a machine type not in the price table)."""
     fee_usd_per_hour: float
+    cpu_idle_usd_per_hour: Optional[float] = None
+    """The CPU nodes while no run exists, where fewer than while one trains (None: the same)."""
 
     @property
     def idle_usd_per_hour(self) -> float:
-        return (self.tpu_usd_per_hour if self.slices_billed_idle else 0.0) + (self.cpu_usd_per_hour or 0.0) + self.fee_usd_per_hour
+        cpu = self.cpu_usd_per_hour if self.cpu_idle_usd_per_hour is None else self.cpu_idle_usd_per_hour
+        return (self.tpu_usd_per_hour if self.slices_billed_idle else 0.0) + (cpu or 0.0) + self.fee_usd_per_hour
 
     @property
     def training_usd_per_hour(self) -> float:
@@ -161,21 +164,29 @@ def capacity_costs(
     cluster_fee: bool,
     modes: tuple[str, ...] = CAPACITY_MODES,
     region_key: str = "region",
+    per_run_cpu_usd_per_hour: Optional[tuple[Optional[float], Optional[float]]] = None,
 ) -> list[CapacityCost]:
-    """The stack under each mode of ``modes``; flex-start always scales to zero, a reservation is always billed."""
+    """The stack under each mode of ``modes``; flex-start always scales to zero, a reservation is always billed.
+
+    ``cpu_usd_per_hour``: the CPU nodes of a stack that holds its slices, idle or not. ``per_run_cpu_usd_per_hour``:
+    (idle, training) of one that scales to zero, whose Ray head comes and goes with each run (default: as held).
+    """
     price = chip_price(shape.generation.name, region, region_key=region_key)
     chips = shape.chips * num_slices
     fee = GKE_CLUSTER_FEE_USD_PER_HOUR if cluster_fee else 0.0
-    return [
-        CapacityCost(
+    per_run = per_run_cpu_usd_per_hour or (cpu_usd_per_hour, cpu_usd_per_hour)
+    costs = []
+    for mode in modes:
+        scaled = mode == "flex-start" or scale_to_zero
+        costs.append(CapacityCost(
             capacity=mode,
             tpu_usd_per_hour=chips * price.usd_per_chip_hour(mode == "spot"),
-            slices_billed_idle=mode == "reservation" or (mode != "flex-start" and not scale_to_zero),
-            cpu_usd_per_hour=cpu_usd_per_hour,
+            slices_billed_idle=mode == "reservation" or not scaled,
+            cpu_usd_per_hour=per_run[1] if scaled else cpu_usd_per_hour,
             fee_usd_per_hour=fee,
-        )
-        for mode in modes
-    ]
+            cpu_idle_usd_per_hour=per_run[0] if scaled else None,
+        ))
+    return costs
 
 
 def format_capacity_costs(costs: list[CapacityCost], chosen: str, what: str) -> str:

@@ -127,6 +127,11 @@ CPU_USD_PER_GIB_HOUR = 0.004237
 GiB-hour: they reproduce the SkyPilot catalogue's n2-highmem-16 us-east5 row ($1.04811/h)."""
 _GIB_PER_VCPU = {"n1-standard": 3.75, "n1-highmem": 6.5, "n2-standard": 4.0, "n2-highmem": 8.0}
 
+E2_MEDIUM_USD_PER_HOUR = 0.033503
+"""Compute Engine's on-demand e2-medium in us-central1 and us-east1 (a shared-core E2: 1 vCPU-hour at $0.021811
+plus 4 GiB at $0.002923 per GiB-hour), the system pool's node on a stack that scales to zero."""
+_FIXED_PRICES = {"e2-medium": E2_MEDIUM_USD_PER_HOUR}
+
 GKE_CLUSTER_FEE_USD_PER_HOUR = 0.10
 """GKE pricing: $0.10 per cluster-hour for Standard and Autopilot clusters; the free tier's $74.40 monthly
 credit per billing account covers one zonal or Autopilot cluster."""
@@ -134,7 +139,9 @@ HOURS_PER_MONTH = 730
 
 
 def cpu_machine_usd_per_hour(machine_type: str) -> float | None:
-    """On-demand USD/h of an N1/N2 standard or highmem machine (None: a type this table does not price)."""
+    """On-demand USD/h of an N1/N2 standard or highmem machine or an e2-medium (None: a type this table does not price)."""
+    if machine_type in _FIXED_PRICES:
+        return _FIXED_PRICES[machine_type]
     family, _, size = machine_type.rpartition("-")
     if family not in _GIB_PER_VCPU or not size.isdigit():
         return None

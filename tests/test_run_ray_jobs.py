@@ -1,0 +1,99 @@
+"""Every RayJob a run of a scale-to-zero stack becomes: valid for KubeRay's CRD, owning and deleting its cluster,
+and within Kueue's rules for a RayJob it manages, so a queue can be added later without a redesign."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from components.maxtext_run import build_run_job, per_run_ray_job, ray_job
+from components.ray_manifests import ray_cluster_spec
+from components.ray_tpu_cluster import cluster_ref, spec_from_args
+from core.errors import ConfigError
+from core.kuberay import ray_job_problems, run_ray_job
+from tests.schemas import validate_ray_cluster, validate_ray_job
+
+IDENTITY = {"bucket_name": "team-ckpt", "ksa_name": "trainer", "namespace": "training"}
+
+CLUSTERS = {
+    "v6e-flex-start-dranet": {"capacity": "flex-start", "num_slices": 2},
+    "v6e-spot-elastic": {"capacity": "spot", "num_slices": 3, "elastic_min_slices": 2, "scale_to_zero": True},
+    "v5e-single-host": {"generation": "v5e", "topology": "2x2", "num_slices": 1, "scale_to_zero": True},
+    "autopilot-spot": {"capacity": "spot", "compute_class": "team-tpu", "scale_to_zero": True},
+    "tpu7x-reservation": {"generation": "tpu7x", "topology": "2x2x2", "capacity": "reservation", "scale_to_zero": True},
+}
+
+
+def run_job(cluster_args: dict, **run_args) -> dict:
+    spec = spec_from_args({"workload_identity": IDENTITY, **cluster_args})
+    assert spec.scale_to_zero
+    cluster_spec = ray_cluster_spec(spec)
+    # Sharded over whatever chips a slice has: the shapes here differ from the preset's.
+    overrides = {"ici_fsdp_parallelism": -1, "ici_tensor_parallelism": 1}
+    job = build_run_job({"run_name": "r", "ray_cluster": cluster_ref(spec, spec.name, cluster_spec), "preset": "llama3-8b",
+                         "overrides": overrides})
+    return per_run_ray_job(job, "r", spec.namespace, cluster_spec, "0" * 64, **run_args)
+
+
+@pytest.mark.parametrize("name", sorted(CLUSTERS))
+def test_a_runs_rayjob_passes_the_crd_and_owns_its_cluster(name):
+    manifest = run_job(CLUSTERS[name], active_deadline_seconds=3600, backoff_limit=2)
+    validate_ray_job(manifest)  # unknown fields refused
+    assert ray_job_problems(manifest) == []
+    spec = manifest["spec"]
+    assert spec["shutdownAfterJobFinishes"] is True and spec["ttlSecondsAfterFinished"] > 0
+    assert "clusterSelector" not in spec and "enableInTreeAutoscaling" not in spec["rayClusterSpec"]
+    # The same spec as a RayCluster of its own: what KubeRay creates from it passes that CRD too.
+    validate_ray_cluster({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                          "metadata": {"name": "r-abcde", "namespace": "training"}, "spec": spec["rayClusterSpec"]})
+    # Kueue: one worker group, none named head, all slices in it (GKE's queued provisioning takes one PodSet).
+    (group,) = spec["rayClusterSpec"]["workerGroupSpecs"]
+    assert group["groupName"] != "head" and group["replicas"] == CLUSTERS[name].get("num_slices", 2)
+
+
+def test_the_held_clusters_rayjob_passes_the_crd_and_cannot_retry():
+    spec = spec_from_args({"workload_identity": IDENTITY, "capacity": "spot"})
+    job = build_run_job({"run_name": "r", "ray_cluster": cluster_ref(spec, spec.name), "preset": "llama3-8b"})
+    manifest = ray_job(job, "r", spec.namespace, spec.name, "0" * 64)
+    validate_ray_job(manifest)
+    assert ray_job_problems(manifest) == []
+    assert ray_job_problems({**manifest, "spec": {**manifest["spec"], "backoffLimit": 1}}) == [
+        "backoffLimit > 0 is incompatible with clusterSelector"
+    ]
+
+
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        (lambda c: c["workerGroupSpecs"][0].update(groupName="head"), "Kueue refuses a worker group named 'head'"),
+        (lambda c: c.update(enableInTreeAutoscaling=True), "no Ray autoscaler"),
+        (lambda c: c["workerGroupSpecs"].extend(copy.deepcopy(c["workerGroupSpecs"]) * 17), "at most 17 worker groups"),
+    ],
+    ids=["head-group", "autoscaler", "18-groups"],
+)
+def test_a_run_cluster_kueue_or_this_design_would_refuse_is_refused_before_it_is_sent(change, problem):
+    spec = spec_from_args({"workload_identity": IDENTITY, "capacity": "flex-start"})
+    cluster_spec = ray_cluster_spec(spec)
+    change(cluster_spec)
+    with pytest.raises(ValueError, match=problem):
+        run_ray_job("r", "training", cluster_spec, entrypoint="python -m x", runtime_env_yaml="{}", job_id="r-1")
+
+
+def test_a_run_name_leaves_room_for_the_name_kuberay_gives_its_multi_host_cluster():
+    spec = spec_from_args({"workload_identity": IDENTITY, "capacity": "flex-start"})
+    ref = cluster_ref(spec, spec.name, ray_cluster_spec(spec))
+    build_run_job({"run_name": "r" * 35, "ray_cluster": ref, "preset": "llama3-8b"})
+    with pytest.raises(ConfigError) as error:
+        build_run_job({"run_name": "r" * 36, "ray_cluster": ref, "preset": "llama3-8b"})
+    assert error.value.key == "MaxTextRunArgs.run_name" and "5 random characters" in str(error.value)
+    # A held cluster's RayJob names no cluster: KubeRay's own limit only.
+    held = spec_from_args({"workload_identity": IDENTITY})
+    build_run_job({"run_name": "r" * 47, "ray_cluster": cluster_ref(held, held.name), "preset": "llama3-8b"})
+
+
+def test_the_removed_idle_timeout_is_refused_with_what_replaced_it():
+    with pytest.raises(ConfigError) as error:
+        spec_from_args({"workload_identity": IDENTITY, "capacity": "flex-start", "idle_timeout_s": 600})
+    assert error.value.key == "RayTpuClusterArgs.idle_timeout_s"
+    assert "each run brings its own RayCluster" in error.value.expected
