@@ -1,4 +1,4 @@
-"""RayTpuCluster: the KubeRay RayCluster (and DRA network claim) for multislice TPU training."""
+"""RayTpuCluster: the KubeRay RayCluster (and DRA network claim, and the NetworkPolicy over its Ray pods) for multislice TPU training."""
 
 import re
 from typing import NotRequired, Optional, TypedDict
@@ -17,19 +17,26 @@ from components.ray_manifests import (
     RAY_WORKER_PORTS,
     RayClusterSpec,
     compute_class,
+    network_policy,
     port_use,
     ray_cluster,
     resource_claim_template,
 )
 from core.capacity import DEFAULT_CAPACITY, check_autopilot_capacity, check_mode, scale_to_zero_for
 from core.errors import ConfigError
+from core.kuberay import RAY_VERSION
 from core.naming import DNS_LABEL, DNS_SUBDOMAIN, RAY_CLUSTER_NAME, RAY_TPU_CLUSTER_NAME
 from core.tpu_catalogue import DEFAULT_GENERATION, DEFAULT_TOPOLOGY, slice_shape
 
 DEFAULT_NAME = "maxtext-tpu-cluster"
-DEFAULT_IMAGE = "rayproject/ray:nightly-py312-tpu"
-"""The tutorial's image: the only TPU Ray image this stack is known to work with. It is a
-moving tag (pulled on every start); production stacks should pin a release or digest they tested."""
+DEFAULT_IMAGE = f"rayproject/ray:{RAY_VERSION}-py312"
+"""Ray's release image of the Ray the job is written for (the driver's), pulled once per node.
+
+Not the tutorial's ``nightly-py312-tpu``: a moving tag runs whatever Ray master built last night with the
+job's bucket rights, and may switch Ray's defaults (token auth) under the stack. Ray publishes TPU images
+as nightlies only, and the TPU stack is not needed in the image: the head's driver never imports JAX, and
+the TPU workers' runtime env installs ``maxtext[tpu]`` (JAX and libtpu) for the training processes. Ray
+finds the chips from the devices and GKE's TPU env vars, without libtpu. docs/security.md has the sources."""
 DEFAULT_MEGASCALE_PORT = 9915
 _IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?")
 DEFAULT_NUM_SLICES = 2
@@ -57,7 +64,7 @@ class RayTpuClusterArgs(TypedDict):
     dcn_interfaces: NotRequired[int]
     """DCN NICs each TPU worker pod claims through DRANET (0: none). Default: what the generation's hosts offer (2 on v6e)."""
     image: NotRequired[str]
-    """Ray image of the head and the workers. Default: the tutorial's rayproject/ray:nightly-py312-tpu."""
+    """Ray image of the head and the workers. Default: rayproject/ray:2.60.0-py312, Ray's release image of the driver's Ray (the TPU workers install JAX and libtpu with MaxText). A moving tag (nightly, latest) is pulled on every start and gets a preview warning."""
     megascale_port: NotRequired[int]
     """MEGASCALE_PORT of the workers. Default: 9915, as in the tutorial."""
     compute_class: NotRequired[str]
@@ -96,7 +103,7 @@ class RayTpuClusterRef(TypedDict):
 def check_image(image: object, key: str) -> str:
     """An image reference the kubelet can pull (an empty one leaves every Ray pod unstartable)."""
     if not isinstance(image, str) or not _IMAGE.fullmatch(image):
-        raise ConfigError(key, image, "an image reference such as rayproject/ray:nightly-py312-tpu")
+        raise ConfigError(key, image, f"an image reference such as {DEFAULT_IMAGE}")
     return image
 
 
@@ -203,6 +210,13 @@ class RayTpuCluster(pulumi.ComponentResource):
         if spec.compute_class:
             self.compute_class = custom_resource(f"{name}-compute-class", compute_class(spec), child)
             prerequisites.append(self.compute_class)
+
+        # Before any Ray pod exists, so no pod of the stack ever runs unguarded (enforced with Dataplane V2).
+        policy = network_policy(spec)
+        self.network_policy = k8s.networking.v1.NetworkPolicy(
+            f"{name}-ray-ingress", metadata=policy["metadata"], spec=policy["spec"], opts=child
+        )
+        prerequisites.append(self.network_policy)
 
         self.ray_cluster = custom_resource(
             f"{name}-raycluster", ray_cluster(spec), child_options(self, opts, depends_on=prerequisites)

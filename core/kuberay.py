@@ -32,6 +32,12 @@ MIN_KUBERAY_AUTH = "1.5.1"
 AUTH_TOKEN_KEY = "auth_token"
 """The key of the token in the Secret KubeRay makes for a cluster with token auth
 (``utils.RAY_AUTH_TOKEN_SECRET_KEY``)."""
+RAY_VERSION = "2.60.0"
+"""The Ray the job's code is written for and the submit command runs (requirements.txt): the clusters'
+``rayVersion``. KubeRay refuses token auth unless ``rayVersion`` says Ray >= 2.52."""
+TOKEN_AUTH = {"mode": "token"}
+"""``spec.authOptions`` of every Ray cluster the stack declares: KubeRay makes the token's Secret and hands
+it to every Ray container (and sends it itself on HTTPMode submissions and job-status calls)."""
 AUTH_NAME_MAX = 50
 """KubeRay names a cluster's auth Secret with ``utils.CheckName``, which keeps the last 50 characters."""
 
@@ -51,6 +57,12 @@ def _v1_spec_schema(crd: Mapping) -> Mapping:
             node = (version.get("schema") or {}).get("openAPIV3Schema") or {}
             return ((node.get("properties") or {}).get("spec") or {})
     return {}
+
+
+def has_token_auth(cluster_spec: Mapping) -> bool:
+    """Whether a RayCluster's spec (or a RayJob's rayClusterSpec) turns Ray's token auth on (KubeRay's
+    ``IsAuthEnabled``: the mode must say token; an empty authOptions leaves the cluster open)."""
+    return (cluster_spec.get("authOptions") or {}).get("mode") == "token"
 
 
 def supports_token_auth(crd: Mapping) -> bool:

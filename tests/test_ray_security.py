@@ -1,0 +1,195 @@
+"""Who can run code on the stack's Ray clusters: token auth, the NetworkPolicy, hardened pods, the image.
+
+Every Ray cluster the stack can declare, in every capacity mode and on Autopilot, is checked under the mock
+engine; the NetworkPolicy is also evaluated against the peers that must and must not reach Ray's ports.
+"""
+
+from __future__ import annotations
+
+import pytest
+import ray
+
+from components.ray_manifests import (
+    CONTAINER_SECURITY_CONTEXT, DASHBOARD_PORT, GCS_PORT, CLIENT_PORT, HEAD_METRICS_EXPORT_PORT, RAY_POD_LABEL,
+    WORKER_METRICS_EXPORT_PORT, image_pull_policy, is_moving_tag,
+)
+from components.ray_tpu_cluster import DEFAULT_IMAGE
+from core.kuberay import RAY_VERSION, has_token_auth
+from tests.schemas import validate_core, validate_ray_cluster, validate_ray_job
+from tests.test_stack_dev import RAYCLUSTER, RAYJOB
+
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+DASHBOARD_AGENT_PORT = 52365  # Ray's default; it accepts job submissions too
+MIN_RAY_FOR_TOKEN_AUTH = (2, 52)
+
+MODES = {
+    "on-demand": {},
+    "on-demand-scaled-to-zero": {"scaleToZero": "true"},
+    "spot": {"capacity": "spot"},
+    "spot-scaled-to-zero": {"capacity": "spot", "scaleToZero": "true"},
+    "reservation": {"capacity": "reservation", "reservation": "trillium"},
+    "flex-start": {"capacity": "flex-start", "maxRunDuration": "86400"},
+    "autopilot": {"clusterMode": "autopilot"},
+    "autopilot-spot-scaled-to-zero": {"clusterMode": "autopilot", "capacity": "spot", "scaleToZero": "true"},
+}
+
+
+def ray_cluster_specs(run) -> list[dict]:
+    """Every Ray cluster the run declares: its RayClusters, and the clusters its RayJobs bring."""
+    specs = []
+    for cluster in run.of_type(RAYCLUSTER):
+        validate_ray_cluster(cluster.inputs)
+        specs.append(cluster.inputs["spec"])
+    for job in run.of_type(RAYJOB):
+        validate_ray_job(job.inputs)
+        if job.inputs["spec"].get("rayClusterSpec"):
+            specs.append(job.inputs["spec"]["rayClusterSpec"])
+    assert specs, "the stack declares no Ray cluster"
+    return specs
+
+
+def templates(cluster_spec: dict) -> list[tuple[str, dict]]:
+    head = cluster_spec["headGroupSpec"]["template"]
+    return [("head", head)] + [(group["groupName"], group["template"]) for group in cluster_spec["workerGroupSpecs"]]
+
+
+# -- a NetworkPolicy's ingress rules, as Kubernetes applies them -----------------------------------------------
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    if any(labels.get(key) != value for key, value in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expression in selector.get("matchExpressions") or []:
+        assert expression["operator"] == "In", expression  # the only operator the stack's policy uses
+        if labels.get(expression["key"]) not in expression["values"]:
+            return False
+    return True
+
+
+def admits(policy: dict, pod_labels: dict, source_namespace: str, source_labels: dict, port: int) -> bool:
+    """Whether ``policy`` (in its namespace) lets a pod of ``source_namespace`` reach ``port`` of a pod with
+    ``pod_labels``. A pod the policy does not select is not isolated by it, and is reported as admitted."""
+    spec = policy["spec"]
+    if not _selects(spec["podSelector"], pod_labels):
+        return True
+    namespace = policy["metadata"]["namespace"]
+    namespace_labels = {"kubernetes.io/metadata.name": source_namespace}
+    for rule in spec.get("ingress") or []:
+        ports = [p["port"] for p in rule.get("ports") or []]
+        if ports and port not in ports:
+            continue
+        if not rule.get("from"):
+            return True  # a rule without sources admits every source
+        for peer in rule["from"]:
+            in_namespace = (
+                _selects(peer["namespaceSelector"], namespace_labels) if "namespaceSelector" in peer
+                else source_namespace == namespace
+            )
+            if in_namespace and _selects(peer.get("podSelector") or {}, source_labels):
+                return True
+    return False
+
+
+RAY_PORTS = (GCS_PORT, DASHBOARD_PORT, CLIENT_PORT, DASHBOARD_AGENT_PORT, HEAD_METRICS_EXPORT_PORT,
+             WORKER_METRICS_EXPORT_PORT, 9915, 12345, 40000)
+"""Ray's fixed ports, the agent's, the metrics ports, megascale's, one of Ray's worker ports, one random."""
+
+
+@pytest.fixture(scope="module", params=list(MODES), ids=list(MODES))
+def mode_run(request, run_stack):
+    return run_stack(**MODES[request.param])
+
+
+def test_every_ray_cluster_in_every_mode_has_token_auth_on_a_ray_that_supports_it(mode_run):
+    for spec in ray_cluster_specs(mode_run):
+        assert has_token_auth(spec)
+        assert spec["authOptions"] == {"mode": "token"}  # KubeRay makes the Secret: no secretName to leak
+        assert tuple(int(n) for n in spec["rayVersion"].split(".")[:2]) >= MIN_RAY_FOR_TOKEN_AUTH
+
+
+def test_every_ray_container_in_every_mode_is_hardened(mode_run):
+    for spec in ray_cluster_specs(mode_run):
+        autoscaler = bool(spec.get("enableInTreeAutoscaling"))
+        if autoscaler:
+            assert spec["autoscalerOptions"]["securityContext"] == CONTAINER_SECURITY_CONTEXT
+        for group, template in templates(spec):
+            pod = template["spec"]
+            # Only the head's autoscaler sidecar talks to the Kubernetes API.
+            assert pod["automountServiceAccountToken"] is (group == "head" and autoscaler)
+            assert "securityContext" not in pod or not pod["securityContext"].get("privileged")
+            for container in pod["containers"]:
+                context = container["securityContext"]
+                assert context["allowPrivilegeEscalation"] is False
+                assert context["capabilities"] == {"drop": ["ALL"]}
+                assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+                assert context["runAsNonRoot"] is True and context["runAsUser"] != 0
+                assert not context.get("privileged")
+
+
+def test_in_every_mode_a_network_policy_guards_every_ray_pod_and_admits_only_what_ray_needs(mode_run):
+    (policy_resource,) = mode_run.of_type(NETWORK_POLICY)
+    policy = policy_resource.inputs
+    validate_core(policy)  # the Kubernetes schema, strict
+    (cluster,) = mode_run.of_type(RAYCLUSTER)
+    assert policy_resource.urn in [*cluster.dependencies]  # in place before any Ray pod starts
+    namespace = policy["metadata"]["namespace"]
+    assert namespace == cluster.inputs["metadata"]["namespace"]
+    for spec in ray_cluster_specs(mode_run):
+        for _, template in templates(spec):
+            labels = template["metadata"]["labels"]
+            ray_pod = {**labels, "ray.io/cluster": "anything"}  # KubeRay adds its own labels
+            for port in RAY_PORTS:
+                # Any port from a Ray pod of the same stack (a run's own cluster included) ...
+                assert admits(policy, ray_pod, namespace, labels, port)
+                # ... none from another pod of the namespace, another namespace, another stack's Ray pods.
+                assert not admits(policy, ray_pod, namespace, {"app": "notebook"}, port)
+                assert not admits(policy, ray_pod, "tenant-b", {"app": "notebook"}, port)
+                assert not admits(policy, ray_pod, namespace, {RAY_POD_LABEL: "another-stack"}, port)
+                # Managed Prometheus scrapes the metrics ports only, the operator reaches the Jobs API only.
+                metrics = port in (HEAD_METRICS_EXPORT_PORT, WORKER_METRICS_EXPORT_PORT)
+                assert admits(policy, ray_pod, "gmp-system", {"app": "collector"}, port) is metrics
+                assert admits(policy, ray_pod, "gke-gmp-system", {"app": "collector"}, port) is metrics
+                operator = {"app.kubernetes.io/name": "kuberay-operator"}
+                assert admits(policy, ray_pod, "ray-system", operator, port) is (port == DASHBOARD_PORT)
+                assert admits(policy, ray_pod, "kube-system", {}, port) is (port == DASHBOARD_PORT)
+
+
+def test_the_policy_evaluator_can_tell_an_open_policy_from_a_closed_one(dev_run):
+    (policy_resource,) = dev_run.of_type(NETWORK_POLICY)
+    policy = policy_resource.inputs
+    labels = {RAY_POD_LABEL: "maxtext-tpu-cluster"}
+    opened = {**policy, "spec": {**policy["spec"], "ingress": [*policy["spec"]["ingress"], {}]}}
+    assert admits(opened, labels, "tenant-b", {}, DASHBOARD_AGENT_PORT)
+    assert not admits(policy, labels, "tenant-b", {}, DASHBOARD_AGENT_PORT)
+    assert admits(policy, {"app": "unselected"}, "tenant-b", {}, GCS_PORT)  # a pod it does not isolate
+
+
+def test_ray_version_is_the_driver_ray():
+    assert RAY_VERSION == ray.__version__
+
+
+def test_the_default_image_is_the_driver_ray_release_pulled_once():
+    assert DEFAULT_IMAGE == f"rayproject/ray:{ray.__version__}-py312"
+    assert not is_moving_tag(DEFAULT_IMAGE) and image_pull_policy(DEFAULT_IMAGE) == "IfNotPresent"
+
+
+@pytest.mark.parametrize("image, moving", [
+    ("rayproject/ray:nightly-py312-tpu", True),
+    ("rayproject/ray:nightly", True),
+    ("rayproject/ray:latest", True),
+    ("rayproject/ray", True),
+    ("rayproject/ray:nightly.260501.1c7c90-py312-tpu", False),  # one dated build
+    ("rayproject/ray:2.60.0-py312", False),
+    ("rayproject/ray@sha256:" + "0" * 64, False),
+    ("localhost:5000/ray:nightly-py312", True),  # the registry's port is no tag
+])
+def test_moving_tags_are_told_apart_from_pinned_ones(image, moving):
+    assert is_moving_tag(image) is moving
+    assert image_pull_policy(image) == ("Always" if moving else "IfNotPresent")
+
+
+def test_token_auth_is_on_only_when_the_mode_says_token():
+    assert has_token_auth({"authOptions": {"mode": "token"}})
+    assert not has_token_auth({"authOptions": {"mode": "disabled"}})
+    assert not has_token_auth({"authOptions": {}})  # KubeRay's IsAuthEnabled wants the mode
+    assert not has_token_auth({})
