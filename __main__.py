@@ -21,7 +21,7 @@ from components.tpu_slice_node_pool import TpuSliceNodePool, TpuSliceNodePoolArg
 from core.job_spec import bucket_url
 from stack.component_keys import config_keys
 from stack.config import parse_stack_config, raw_pulumi_config
-from stack.preflight import check_declared_runs, check_idle_cost, check_planned_run
+from stack.preflight import check_declared_runs, check_idle_cost, check_planned_run, check_ray_image
 
 cfg = parse_stack_config(raw_pulumi_config())
 # Sharding, HBM and cost of the planned training run, before any TPU is paid for.
@@ -30,6 +30,8 @@ check_planned_run(cfg, info=pulumi.log.info, warn=pulumi.log.warn)
 check_declared_runs(cfg, info=pulumi.log.info)
 # What the stack costs idle and training, per capacity mode, before anything is created.
 check_idle_cost(cfg, info=pulumi.log.info, warn=pulumi.log.warn)
+# A moving image tag runs unreviewed code with the bucket's rights at every Ray pod start.
+check_ray_image(cfg, warn=pulumi.log.warn)
 shape = cfg.shape
 cidrs = cfg.dcn_cidrs_or_default
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional
 
+from components.ray_manifests import is_moving_tag
 from core.errors import ConfigError
 from core.capacity import CAPACITY_MODES
 from core.estimates import CostEstimate, HbmBreakdown, estimate_cost, estimate_hbm_from_config, estimate_step_time
@@ -231,3 +232,14 @@ def check_idle_cost(cfg: StackConfig, info: Callable[[str], None], warn: Callabl
             "minutes for its slices)"
         )
     return costs
+
+
+def check_ray_image(cfg: StackConfig, warn: Callable[[str], None]) -> None:
+    """Warn when the Ray pods' image is a moving tag: each pod start may run a build nobody reviewed, with the
+    bucket's rights, and a new Ray may change defaults (token auth) under the stack."""
+    if is_moving_tag(cfg.ray_image):
+        warn(
+            f"{config_key('ray_image')} {cfg.ray_image} is a moving tag: every Ray pod start pulls whatever was "
+            "last pushed under it and runs it with the bucket's rights; pin a release tag or a digest you tested "
+            "(docs/security.md)"
+        )

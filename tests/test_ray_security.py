@@ -6,8 +6,11 @@ engine; the NetworkPolicy is also evaluated against the peers that must and must
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import ray
+import yaml
 
 from components.ray_manifests import (
     CONTAINER_SECURITY_CONTEXT, DASHBOARD_PORT, GCS_PORT, CLIENT_PORT, HEAD_METRICS_EXPORT_PORT, RAY_POD_LABEL,
@@ -15,6 +18,8 @@ from components.ray_manifests import (
 )
 from components.ray_tpu_cluster import DEFAULT_IMAGE
 from core.kuberay import RAY_VERSION, has_token_auth
+from stack import preview
+from tests.conftest import with_keys
 from tests.schemas import validate_core, validate_ray_cluster, validate_ray_job
 from tests.test_stack_dev import RAYCLUSTER, RAYJOB
 
@@ -193,3 +198,19 @@ def test_token_auth_is_on_only_when_the_mode_says_token():
     assert not has_token_auth({"authOptions": {"mode": "disabled"}})
     assert not has_token_auth({"authOptions": {}})  # KubeRay's IsAuthEnabled wants the mode
     assert not has_token_auth({})
+
+
+def test_a_moving_image_tag_gets_a_warning_at_preview_and_a_pinned_one_none(dev_config, dev_run, run_stack, tmp_path, capsys):
+    moving = "rayproject/ray:nightly-py312-tpu"
+    assert not [m for level, m in dev_run.logs if level == "warning" and "moving tag" in m]
+    warnings = [m for level, m in run_stack(rayImage=moving).logs if level == "warning" and "moving tag" in m]
+    assert warnings == [
+        f"gke-ray-tpu:rayImage {moving} is a moving tag: every Ray pod start pulls whatever was last pushed under "
+        "it and runs it with the bucket's rights; pin a release tag or a digest you tested (docs/security.md)"
+    ]
+    path = tmp_path / "Pulumi.moving.yaml"
+    config = {key: (json.loads(value) if key.endswith(":runs") else value)
+              for key, value in with_keys(dev_config, rayImage=moving).items()}
+    path.write_text(yaml.safe_dump({"config": config}))
+    assert preview.main(["--config-file", str(path), "--section", "training"]) == 0
+    assert f"warning: gke-ray-tpu:rayImage {moving} is a moving tag" in capsys.readouterr().out
