@@ -13,7 +13,9 @@ by the KubeRay operator instead of a person:
 * The code: the operator has no files of its own, so this component uploads
   ``core/`` and ``training/`` as one zip into the checkpoint bucket, named by
   its content digest; every Ray pod mounts the bucket at ``/data`` and the
-  job's runtime env puts the zip on ``PYTHONPATH``.
+  job's runtime env puts the zip on ``PYTHONPATH``. The entry point first checks the zip
+  against its SHA-256 (core.code_archive.verifier_command), so a zip replaced in the bucket
+  is refused, not imported.
 * Checkpoints and metrics go to ``gs://<bucket>/<run>/`` directly, as with the
   submit command (``core.job_spec.DATA_MOUNT`` says why not through ``/data``).
 * ``jobId``: ``maxtext-<run>-rayjob-<digest>``. KubeRay submits an id once and
@@ -121,16 +123,19 @@ def build_run_job(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> JobS
 
 
 def ray_job(
-    spec: JobSpec, name: str, namespace: str, ray_cluster_name: pulumi.Input[str], code_digest: str,
+    spec: JobSpec, name: str, namespace: str, ray_cluster_name: pulumi.Input[str], code_sha256: str,
     active_deadline_seconds: Optional[int] = None, mount: str = DATA_MOUNT, cold_start: bool = False,
 ) -> dict:
     """The RayJob manifest of a job (pure): what KubeRay submits to the RayCluster.
 
+    ``code_sha256``: the code archive's full content hash (core.code_archive.sha256); the entry point
+    refuses an archive that does not match it before anything imports from it.
     ``mount``: where the Ray pods see the bucket that holds the code archive.
     ``cold_start``: the RayCluster scales its slices to zero (core.job_spec.runtime_env).
     """
-    env = runtime_env(pythonpath=code_archive.archive_path(code_digest, mount), cold_start=cold_start)
-    command = entrypoint(spec)
+    archive = code_archive.archive_path(code_sha256[:code_archive.DIGEST_CHARS], mount)
+    env = runtime_env(pythonpath=archive, cold_start=cold_start)
+    command = f"{code_archive.verifier_command(archive, code_sha256)} && {entrypoint(spec)}"
     manifest: dict = {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
@@ -172,7 +177,8 @@ class MaxTextRun(pulumi.ComponentResource):
         spec = build_run_job(args)
         cluster = run_cluster(args)
         files = code_archive.package_files()
-        digest = code_archive.digest(files)
+        content_hash = code_archive.sha256(files)
+        digest = content_hash[:code_archive.DIGEST_CHARS]
         super().__init__("gke-ray-tpu:index:MaxTextRun", name, None, opts)
         self.spec = spec
 
@@ -186,7 +192,7 @@ class MaxTextRun(pulumi.ComponentResource):
             content_type="application/zip",
             opts=child_options(self, opts),
         )
-        manifest = ray_job(spec, args["run_name"], cluster["namespace"], cluster["ray_cluster_name"], digest,
+        manifest = ray_job(spec, args["run_name"], cluster["namespace"], cluster["ray_cluster_name"], content_hash,
                            args.get("active_deadline_seconds"), cold_start=bool(cluster["scale_to_zero"]))
         self.ray_job = custom_resource(
             f"{name}-rayjob",
