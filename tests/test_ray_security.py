@@ -19,8 +19,10 @@ from components.ray_manifests import (
 from components.ray_tpu_cluster import DEFAULT_IMAGE
 from core.kuberay import RAY_VERSION, has_token_auth
 from stack import preview
+from stack.mock_engine import MockGke, OfflineRun, run_offline
 from tests.conftest import with_keys
-from tests.schemas import validate_core, validate_ray_cluster, validate_ray_job
+from tests.schemas import RAYCLUSTER_CRD as RAYCLUSTER_CRD_FILE, validate_core, validate_ray_cluster, validate_ray_job
+from tests.test_gke_rules import kuberay_15_crd
 from tests.test_stack_dev import RAYCLUSTER, RAYJOB
 
 NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
@@ -214,3 +216,25 @@ def test_a_moving_image_tag_gets_a_warning_at_preview_and_a_pinned_one_none(dev_
     path.write_text(yaml.safe_dump({"config": config}))
     assert preview.main(["--config-file", str(path), "--section", "training"]) == 0
     assert f"warning: gke-ray-tpu:rayImage {moving} is a moving tag" in capsys.readouterr().out
+
+
+def test_an_existing_clusters_kuberay_is_read_at_preview_and_one_that_would_drop_token_auth_is_refused(dev_config, run_stack):
+    existing = {"existingClusterName": "shared-gke", "existingClusterLocation": "us-east5-b"}
+    crd = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition::served-raycluster-crd"
+    (cluster,) = run_stack(**existing).of_type(RAYCLUSTER)
+    # KubeRay's published CRD, read through the SDK's output types, passes as well as the mock's.
+    published = json.loads(RAYCLUSTER_CRD_FILE.read_text())["spec"]
+    run_offline(with_keys(dev_config, **existing), run=OfflineRun(), gke=MockGke(served_raycluster_crd=published))
+    # The CRD is read (a read, not a resource the stack owns), and the RayCluster waits for its check.
+    assert [urn for urn in cluster.dependencies if urn.endswith(crd)]
+    (new_cluster,) = run_stack().of_type(RAYCLUSTER)
+    assert not [urn for urn in new_cluster.dependencies if urn.endswith(crd)]  # a new cluster has no CRD yet
+
+    old = OfflineRun()
+    with pytest.raises(ValueError, match=(
+        r"invalid config gke-ray-tpu:existingClusterName='shared-gke': expected a cluster whose Ray operator "
+        r"add-on runs KubeRay >= 1\.5\.1: its rayclusters\.ray\.io CRD has no authOptions, so its KubeRay is older "
+        r"than 1\.5\.1 and drops the token auth the stack declares: its Ray clusters accept jobs from any pod"
+    )):
+        run_offline(with_keys(dev_config, **existing), run=old, gke=MockGke(served_raycluster_crd=kuberay_15_crd()["spec"]))
+    assert old.of_type(RAYCLUSTER) == []  # never created open
