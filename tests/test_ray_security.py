@@ -156,9 +156,9 @@ def test_in_every_mode_a_network_policy_guards_every_ray_pod_and_admits_only_wha
                 metrics = port in (HEAD_METRICS_EXPORT_PORT, WORKER_METRICS_EXPORT_PORT)
                 assert admits(policy, ray_pod, "gmp-system", {"app": "collector"}, port) is metrics
                 assert admits(policy, ray_pod, "gke-gmp-system", {"app": "collector"}, port) is metrics
-                operator = {"app.kubernetes.io/name": "kuberay-operator"}
-                assert admits(policy, ray_pod, "ray-system", operator, port) is (port == DASHBOARD_PORT)
                 assert admits(policy, ray_pod, "kube-system", {}, port) is (port == DASHBOARD_PORT)
+                # Not a pod that wears an operator's label elsewhere: anyone could create one.
+                assert not admits(policy, ray_pod, "tenant-b", {"app.kubernetes.io/name": "kuberay-operator"}, port)
 
 
 def test_the_policy_evaluator_can_tell_an_open_policy_from_a_closed_one(dev_run):
