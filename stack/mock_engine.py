@@ -22,6 +22,7 @@ import pulumi
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 from pulumi.runtime import config as runtime_config
+from pulumi.runtime.settings import SETTINGS
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
@@ -267,6 +268,10 @@ def _run_in_fresh_context(
         mocks, project=project, stack=stack, preview=preview, monitor=_RecordingMonitor(mocks), logger=logger
     )
     runtime_config.set_all_config(config)
+    # What an earlier run left behind, as pulumi.runtime.test clears it: the outputs a failed run never
+    # awaited would otherwise fail this one.
+    SETTINGS.rpc_manager.clear()
+    SETTINGS.outputs.clear()
     try:
         _sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
     finally:

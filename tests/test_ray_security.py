@@ -238,3 +238,5 @@ def test_an_existing_clusters_kuberay_is_read_at_preview_and_one_that_would_drop
     )):
         run_offline(with_keys(dev_config, **existing), run=old, gke=MockGke(served_raycluster_crd=kuberay_15_crd()["spec"]))
     assert old.of_type(RAYCLUSTER) == []  # never created open
+    # The failed run's unawaited outputs do not leak into the next run in this process.
+    assert run_offline(dev_config).of_type(RAYCLUSTER)
