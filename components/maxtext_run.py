@@ -16,7 +16,9 @@ by the KubeRay operator instead of a person:
 * The code: the operator has no files of its own, so this component uploads
   ``core/`` and ``training/`` as one zip into the checkpoint bucket, named by
   its content digest; every Ray pod mounts the bucket at ``/data`` and the
-  job's runtime env puts the zip on ``PYTHONPATH``.
+  job's runtime env puts the zip on ``PYTHONPATH``. The entry point first checks the zip
+  against its SHA-256 (core.code_archive.verifier_command), so a zip replaced in the bucket
+  is refused, not imported.
 * Checkpoints and metrics go to ``gs://<bucket>/<run>/`` directly, as with the
   submit command (``core.job_spec.DATA_MOUNT`` says why not through ``/data``).
 * ``jobId``: ``maxtext-<run>-rayjob-<digest>``. KubeRay submits an id once and
@@ -148,10 +150,15 @@ def build_run_job(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> JobS
     )
 
 
-def _job_fields(spec: JobSpec, code_digest: str, mount: str, cold_start: bool) -> dict:
-    """What KubeRay submits: the command, its runtime env (the code archive on PYTHONPATH) and the Ray job id."""
-    env = runtime_env(pythonpath=code_archive.archive_path(code_digest, mount), cold_start=cold_start)
-    command = entrypoint(spec)
+def _job_fields(spec: JobSpec, code_sha256: str, mount: str, cold_start: bool) -> dict:
+    """What KubeRay submits: the command, its runtime env (the code archive on PYTHONPATH) and the Ray job id.
+
+    ``code_sha256``: the code archive's full content hash (core.code_archive.sha256); the entry point
+    refuses an archive that does not match it before anything imports from it.
+    """
+    archive = code_archive.archive_path(code_sha256[:code_archive.DIGEST_CHARS], mount)
+    env = runtime_env(pythonpath=archive, cold_start=cold_start)
+    command = f"{code_archive.verifier_command(archive, code_sha256)} && {entrypoint(spec)}"
     return {
         "entrypoint": command,
         "runtime_env_yaml": yaml.safe_dump(env, sort_keys=True),
@@ -160,7 +167,7 @@ def _job_fields(spec: JobSpec, code_digest: str, mount: str, cold_start: bool) -
 
 
 def per_run_ray_job(
-    spec: JobSpec, name: str, namespace: str, ray_cluster_spec: Mapping, code_digest: str,
+    spec: JobSpec, name: str, namespace: str, ray_cluster_spec: Mapping, code_sha256: str,
     active_deadline_seconds: Optional[int] = None, backoff_limit: int = 0, mount: str = DATA_MOUNT,
 ) -> dict:
     """The RayJob manifest of a job that brings its own RayCluster of ``ray_cluster_spec`` (pure).
@@ -168,20 +175,20 @@ def per_run_ray_job(
     Its slices start with the cluster, so Ray Train gets the cold start's timeouts (core.job_spec.runtime_env).
     """
     return run_ray_job(
-        name, namespace, ray_cluster_spec, **_job_fields(spec, code_digest, mount, cold_start=True),
+        name, namespace, ray_cluster_spec, **_job_fields(spec, code_sha256, mount, cold_start=True),
         backoff_limit=backoff_limit, active_deadline_seconds=active_deadline_seconds,
     )
 
 
 def ray_job(
-    spec: JobSpec, name: str, namespace: str, ray_cluster_name: pulumi.Input[str], code_digest: str,
+    spec: JobSpec, name: str, namespace: str, ray_cluster_name: pulumi.Input[str], code_sha256: str,
     active_deadline_seconds: Optional[int] = None, mount: str = DATA_MOUNT,
 ) -> dict:
     """The RayJob manifest of a job on the long-lived RayCluster ``ray_cluster_name`` (pure).
 
     ``mount``: where the Ray pods see the bucket that holds the code archive.
     """
-    fields = _job_fields(spec, code_digest, mount, cold_start=False)
+    fields = _job_fields(spec, code_sha256, mount, cold_start=False)
     manifest: dict = {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
@@ -223,7 +230,8 @@ class MaxTextRun(pulumi.ComponentResource):
         spec = build_run_job(args)
         cluster = run_cluster(args)
         files = code_archive.package_files()
-        digest = code_archive.digest(files)
+        content_hash = code_archive.sha256(files)
+        digest = content_hash[:code_archive.DIGEST_CHARS]
         super().__init__("gke-ray-tpu:index:MaxTextRun", name, None, opts)
         self.spec = spec
 
@@ -241,15 +249,15 @@ class MaxTextRun(pulumi.ComponentResource):
         if cluster["scale_to_zero"]:
             manifest = pulumi.Output.from_input(cluster["ray_cluster_spec"]).apply(
                 lambda cluster_spec: per_run_ray_job(
-                    spec, args["run_name"], cluster["namespace"], cluster_spec, digest, deadline,
+                    spec, args["run_name"], cluster["namespace"], cluster_spec, content_hash, deadline,
                     int(args.get("backoff_limit", 0)),
                 )
             )
             # The job id is a digest of the command and its env, neither of which depends on the cluster's outputs.
-            job_id = _job_fields(spec, digest, DATA_MOUNT, cold_start=True)["job_id"]
+            job_id = _job_fields(spec, content_hash, DATA_MOUNT, cold_start=True)["job_id"]
             metadata = {"name": args["run_name"], "namespace": cluster["namespace"]}
         else:
-            plain = ray_job(spec, args["run_name"], cluster["namespace"], cluster["ray_cluster_name"], digest, deadline)
+            plain = ray_job(spec, args["run_name"], cluster["namespace"], cluster["ray_cluster_name"], content_hash, deadline)
             manifest, job_id, metadata = pulumi.Output.from_input(plain), plain["spec"]["jobId"], plain["metadata"]
         self.ray_job = k8s.apiextensions.CustomResource(
             f"{name}-rayjob",

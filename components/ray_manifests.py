@@ -12,12 +12,15 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from core.job_spec import DATA_MOUNT
+from core.kuberay import RAY_VERSION, TOKEN_AUTH
 from core.tpu_catalogue import SliceShape
 
 GCS_PORT = 6379
 DASHBOARD_PORT = 8265
 CLIENT_PORT = 10001
 WORKER_METRICS_EXPORT_PORT = 8082
+HEAD_METRICS_EXPORT_PORT = 8080
+"""KubeRay's default ``--metrics-export-port`` (``utils.DefaultMetricsPort``), which the head keeps."""
 RAY_WORKER_PORTS = range(10002, 20000)
 """``ray start``'s default --min-worker-port/--max-worker-port: a port for each Ray worker process (the
 Ray Train workers that run MaxText among them), on every pod."""
@@ -36,6 +39,19 @@ WORKER_GROUP = "tpu-group"
 CAPACITY_NODE_LABELS = {"spot": "cloud.google.com/gke-spot", "flex-start": "cloud.google.com/gke-flex-start"}
 """The label GKE puts on nodes of a capacity mode: the worker pods select it, so that a cluster with other
 pools of the same TPU shape cannot place them on capacity billed another way."""
+RAY_POD_LABEL = "gke-ray-tpu/ray-cluster"
+"""On every Ray pod a RayTpuCluster declares, valued with its name: what its NetworkPolicy selects. A run's
+own cluster has a generated name (``<run>-<random>``), so KubeRay's ``ray.io/cluster`` cannot be known
+when the policy is made; this label is the same on the stack's long-lived cluster and on every run's."""
+RAY_UID = 1000
+"""The ``ray`` user of Ray's images (``docker/base-deps``: ``RAY_UID=1000``), which the processes already run
+as; stating it lets the kubelet enforce ``runAsNonRoot`` whatever the image's ``USER`` line says."""
+PROMETHEUS_NAMESPACES = ("gmp-system", "gke-gmp-system")
+"""Where Managed Service for Prometheus' collectors run (self-deployed and GKE-managed collection)."""
+OPERATOR_NAMESPACES = ("kube-system",)
+"""Where the GKE-hosted KubeRay operator's calls to a head's Jobs API are admitted from. Unconfirmed: no Google
+page says where the add-on's operator runs or how it reaches a head. Not a pod label in any namespace: anyone
+who may create a pod anywhere could wear it. docs/security.md says what to add if runs stay unsubmitted."""
 NETDEV_DEVICE_CLASS = "netdev.google.com"
 FILE_CACHE_MB = 4096
 """The mount's file cache, on the node's boot disk (the sidecar's cache volume). Bounded: with
@@ -130,12 +146,78 @@ def port_use(port: int) -> Optional[str]:
     return None
 
 
+def is_moving_tag(image: str) -> bool:
+    """Whether ``image`` names a tag that its publisher moves to new builds (no tag, latest, nightly)."""
+    if "@sha256:" in image:
+        return False
+    tag = image.rsplit("/", 1)[-1].partition(":")[2]
+    # nightly.<yymmdd>.<sha>-... is one dated build; nightly and nightly-<flavour> move every night.
+    return not tag or tag == "latest" or (tag.startswith("nightly") and not tag.startswith("nightly."))
+
+
 def image_pull_policy(image: str) -> str:
     """Moving tags must be pulled every time, or head and workers can run different Ray builds."""
-    if "@sha256:" in image:
-        return "IfNotPresent"
-    tag = image.rsplit("/", 1)[-1].partition(":")[2]
-    return "Always" if not tag or tag == "latest" or tag.startswith("nightly") else "IfNotPresent"
+    return "Always" if is_moving_tag(image) else "IfNotPresent"
+
+
+CONTAINER_SECURITY_CONTEXT = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+    "runAsNonRoot": True,
+    "runAsUser": RAY_UID,
+}
+"""Every Ray container's (KubeRay copies it onto the workers' wait-gcs-ready init container). The Ray
+processes run as uid 1000, so they held no capabilities to begin with; dropping the bounding set and
+``allowPrivilegeEscalation: false`` (no_new_privs) also stop the image's password-less ``sudo`` and any
+setuid binary. The TPU chips need none of it: GKE >= 1.28 gives a TPU container its devices without
+privileges. docs/security.md lists what each setting was checked against."""
+
+
+def hardened(container: dict) -> dict:
+    """A Ray container with :data:`CONTAINER_SECURITY_CONTEXT`."""
+    return {**container, "securityContext": dict(CONTAINER_SECURITY_CONTEXT)}
+
+
+def pod_labels(spec: "RayClusterSpec") -> dict:
+    """The labels of every Ray pod of the cluster (its NetworkPolicy selects them)."""
+    return {RAY_POD_LABEL: spec.name}
+
+
+def network_policy(spec: "RayClusterSpec") -> dict:
+    """Ingress to the Ray pods: any port from the same RayTpuCluster's Ray pods, the metrics ports from
+    Managed Prometheus, the head's Jobs API from the KubeRay operator, nothing else.
+
+    Same RayTpuCluster, not same Ray cluster: on a stack that scales to zero every run has its own cluster
+    under a generated name, so runs of one stack can reach each other (all of them are the stack's own
+    jobs, with the same service account). Ray picks most of its ports at random (raylet, object manager,
+    agents, the JAX coordinator), so within the stack no port list would hold. The kubelet's probes come
+    from the node, which a NetworkPolicy never blocks; ``kubectl port-forward`` enters through the pod's
+    own network namespace and is not subject to it either: RBAC ``pods/portforward`` gates that path.
+    """
+    own = {"podSelector": {"matchLabels": pod_labels(spec)}}
+    prometheus = {"namespaceSelector": {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(PROMETHEUS_NAMESPACES)}
+    ]}}
+    operator = {"namespaceSelector": {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(OPERATOR_NAMESPACES)}
+    ]}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": f"{spec.name}-ray-ingress", "namespace": spec.namespace},
+        "spec": {
+            "podSelector": {"matchLabels": pod_labels(spec)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [own]},
+                {"from": [prometheus], "ports": [
+                    {"protocol": "TCP", "port": port} for port in (HEAD_METRICS_EXPORT_PORT, WORKER_METRICS_EXPORT_PORT)
+                ]},
+                {"from": [operator], "ports": [{"protocol": "TCP", "port": DASHBOARD_PORT}]},
+            ],
+        },
+    }
 
 
 def interface_prefixes(dcn_interfaces: int) -> str:
@@ -287,7 +369,7 @@ def ray_cluster_spec(spec: RayClusterSpec) -> dict:
     does it by deleting the whole cluster when the run ends.
     """
     tpu = str(spec.shape.chips_per_host)
-    worker_container: dict = {
+    worker_container: dict = hardened({
         "name": "ray-worker",
         "image": spec.image,
         "imagePullPolicy": image_pull_policy(spec.image),
@@ -299,9 +381,13 @@ def ray_cluster_spec(spec: RayClusterSpec) -> dict:
         # No privileged securityContext (the tutorial's has one): GKE >= 1.28 gives TPU
         # containers the device access without it, and Autopilot refuses privileged pods.
         "volumeMounts": _VOLUME_MOUNTS,
-    }
+    })
     worker_pod: dict = {
         "serviceAccountName": spec.service_account,
+        # Nothing on a worker calls the Kubernetes API: Workload Identity needs no token in the pod
+        # (the metadata server knows the pod by its IP), and the GCS FUSE driver gets the pod's token
+        # from the kubelet (CSIDriver tokenRequests).
+        "automountServiceAccountToken": False,
         "containers": [worker_container],
         "volumes": _volumes(spec),
         "nodeSelector": _worker_node_selector(spec),
@@ -310,16 +396,21 @@ def ray_cluster_spec(spec: RayClusterSpec) -> dict:
         worker_pod["resourceClaims"] = [{"name": "netdev", "resourceClaimTemplateName": spec.claim_template_name}]
         worker_container["resources"]["claims"] = [{"name": "netdev"}]
     return {
+        "rayVersion": RAY_VERSION,
+        "authOptions": dict(TOKEN_AUTH),
         "headGroupSpec": {
             # ClusterIP only: the dashboard and Jobs API are reached by port-forward, never publicly.
             "serviceType": "ClusterIP",
             "rayStartParams": {},
             "template": {
-                "metadata": {"annotations": _pod_annotations()},
+                "metadata": {"labels": pod_labels(spec), "annotations": _pod_annotations()},
                 "spec": {
                     "serviceAccountName": spec.service_account,
+                    # Nothing in a Ray pod calls the Kubernetes API (no autoscaler sidecar; the GCS FUSE
+                    # driver gets its token from the kubelet).
+                    "automountServiceAccountToken": False,
                     "containers": [
-                        {
+                        hardened({
                             "name": "ray-head",
                             "image": spec.image,
                             "imagePullPolicy": image_pull_policy(spec.image),
@@ -333,7 +424,7 @@ def ray_cluster_spec(spec: RayClusterSpec) -> dict:
                                 "requests": {"cpu": HEAD_CPU, "memory": HEAD_MEMORY},
                             },
                             "volumeMounts": _VOLUME_MOUNTS,
-                        }
+                        })
                     ],
                     "volumes": _volumes(spec),
                     "nodeSelector": {"iam.gke.io/gke-metadata-server-enabled": "true"},
@@ -348,7 +439,7 @@ def ray_cluster_spec(spec: RayClusterSpec) -> dict:
                 "maxReplicas": spec.num_slices,
                 "numOfHosts": spec.shape.hosts,
                 "rayStartParams": {"metrics-export-port": str(WORKER_METRICS_EXPORT_PORT)},
-                "template": {"metadata": {"annotations": _pod_annotations()}, "spec": worker_pod},
+                "template": {"metadata": {"labels": pod_labels(spec), "annotations": _pod_annotations()}, "spec": worker_pod},
             }
         ],
     }

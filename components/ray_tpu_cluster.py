@@ -1,4 +1,4 @@
-"""RayTpuCluster: the KubeRay RayCluster (and DRA network claim) for multislice TPU training.
+"""RayTpuCluster: the KubeRay RayCluster (and DRA network claim, and the NetworkPolicy over its Ray pods) for multislice TPU training.
 
 A cluster that holds its slices is one long-lived RayCluster. One that scales them to zero
 has none: each run brings a RayCluster of :attr:`RayTpuCluster.ray_cluster_spec` in its RayJob
@@ -22,6 +22,7 @@ from components.ray_manifests import (
     RAY_WORKER_PORTS,
     RayClusterSpec,
     compute_class,
+    network_policy,
     port_use,
     ray_cluster,
     ray_cluster_spec,
@@ -29,13 +30,19 @@ from components.ray_manifests import (
 )
 from core.capacity import DEFAULT_CAPACITY, check_autopilot_capacity, check_mode, scale_to_zero_for
 from core.errors import ConfigError
+from core.kuberay import MIN_KUBERAY_AUTH, RAY_VERSION, RAYCLUSTER_CRD, served_crd_problems
 from core.naming import DNS_LABEL, DNS_SUBDOMAIN, RAY_CLUSTER_NAME, RAY_TPU_CLUSTER_NAME
 from core.tpu_catalogue import DEFAULT_GENERATION, DEFAULT_TOPOLOGY, slice_shape
 
 DEFAULT_NAME = "maxtext-tpu-cluster"
-DEFAULT_IMAGE = "rayproject/ray:nightly-py312-tpu"
-"""The tutorial's image: the only TPU Ray image this stack is known to work with. It is a
-moving tag (pulled on every start); production stacks should pin a release or digest they tested."""
+DEFAULT_IMAGE = f"rayproject/ray:{RAY_VERSION}-py312"
+"""Ray's release image of the Ray the job is written for (the driver's), pulled once per node.
+
+Not the tutorial's ``nightly-py312-tpu``: a moving tag runs whatever Ray master built last night with the
+job's bucket rights, and may switch Ray's defaults (token auth) under the stack. Ray publishes TPU images
+as nightlies only, and the TPU stack is not needed in the image: the head's driver never imports JAX, and
+the TPU workers' runtime env installs ``maxtext[tpu]`` (JAX and libtpu) for the training processes. Ray
+finds the chips from the devices and GKE's TPU env vars, without libtpu. docs/security.md has the sources."""
 DEFAULT_MEGASCALE_PORT = 9915
 _IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?")
 IDLE_TIMEOUT_RETIRED = (
@@ -65,7 +72,7 @@ class RayTpuClusterArgs(TypedDict):
     dcn_interfaces: NotRequired[int]
     """DCN NICs each TPU worker pod claims through DRANET (0: none). Default: what the generation's hosts offer (2 on v6e)."""
     image: NotRequired[str]
-    """Ray image of the head and the workers. Default: the tutorial's rayproject/ray:nightly-py312-tpu."""
+    """Ray image of the head and the workers. Default: rayproject/ray:2.60.0-py312, Ray's release image of the driver's Ray (the TPU workers install JAX and libtpu with MaxText). A moving tag (nightly, latest) is pulled on every start and gets a preview warning."""
     megascale_port: NotRequired[int]
     """MEGASCALE_PORT of the workers. Default: 9915, as in the tutorial."""
     compute_class: NotRequired[str]
@@ -104,7 +111,7 @@ class RayTpuClusterRef(TypedDict):
 def check_image(image: object, key: str) -> str:
     """An image reference the kubelet can pull (an empty one leaves every Ray pod unstartable)."""
     if not isinstance(image, str) or not _IMAGE.fullmatch(image):
-        raise ConfigError(key, image, "an image reference such as rayproject/ray:nightly-py312-tpu")
+        raise ConfigError(key, image, f"an image reference such as {DEFAULT_IMAGE}")
     return image
 
 
@@ -223,6 +230,14 @@ class RayTpuCluster(pulumi.ComponentResource):
             self.compute_class = custom_resource(f"{name}-compute-class", compute_class(spec), child)
             prerequisites.append(self.compute_class)
 
+        # Before any Ray pod exists, so no pod of the stack ever runs unguarded (enforced with Dataplane V2);
+        # it selects the pods of the long-lived RayCluster and of every run's own cluster alike.
+        policy = network_policy(spec)
+        self.network_policy = k8s.networking.v1.NetworkPolicy(
+            f"{name}-ray-ingress", metadata=policy["metadata"], spec=policy["spec"], opts=child
+        )
+        prerequisites.append(self.network_policy)
+
         self.ray_cluster = None
         if spec.scale_to_zero:
             # No RayCluster: the spec is known once the claim template and ComputeClass it names exist (and the
@@ -250,3 +265,31 @@ class RayTpuCluster(pulumi.ComponentResource):
                 "rayClusterSpec": self.ray_cluster_spec,
             }
         )
+
+
+def served_kuberay(
+    name: str, cluster_name: str, key: str, opts: pulumi.ResourceOptions
+) -> pulumi.Output[pulumi.Resource]:
+    """Read the RayCluster CRD an existing cluster serves (``pulumi preview`` reads it too) and fail unless its
+    KubeRay keeps what a RayTpuCluster declares: token auth (>= 1.5.1) and the workers' DCN claim (>= 1.4).
+
+    Pass the result in the RayTpuCluster's ``depends_on``: its RayCluster is then not created on a cluster
+    that would drop those fields and run it open. Only for a cluster that exists before the stack runs; a
+    new cluster serves the CRD only once the add-on has installed it, which the submit command checks.
+    """
+    crd = k8s.apiextensions.v1.CustomResourceDefinition.get(name, RAYCLUSTER_CRD, opts=opts)
+
+    def check(spec) -> pulumi.Resource:
+        # The SDK's output types key their own fields in snake_case; of those the check reads only the schema's.
+        versions = [{**v, "schema": {"openAPIV3Schema": (v.get("schema") or {}).get("open_apiv3_schema") or {}}}
+                    for v in spec.get("versions") or []]
+        problems = served_crd_problems({"spec": {"versions": versions}})
+        if problems:
+            raise ConfigError(
+                key, cluster_name,
+                f"a cluster whose Ray operator add-on runs KubeRay >= {MIN_KUBERAY_AUTH}: its {RAYCLUSTER_CRD} CRD "
+                + "; it ".join(problems),
+            )
+        return crd
+
+    return crd.spec.apply(check)

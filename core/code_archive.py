@@ -6,12 +6,18 @@ is submitted by the KubeRay operator, which has no files of its own, so the
 same two packages go into the checkpoint bucket as one zip under ``_code/``,
 named by the digest of their contents; every Ray pod sees the bucket at
 ``/data`` and puts the zip on ``PYTHONPATH`` (Python imports from zips).
+
+Anything that can write the bucket (every job runs with its service account) could replace that
+zip, so a declared run does not trust it: its entry point first runs :func:`verifier_command`, a
+standard-library check that comes from the RayJob's own command, never from the archive, and
+refuses to go on unless the archive's contents hash to the SHA-256 the RayJob names.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
+import inspect
+import shlex
 from pathlib import Path
 from typing import Iterable
 
@@ -19,6 +25,8 @@ from core.job_spec import DATA_MOUNT, SHIPPED_PACKAGES
 
 SUFFIXES = (".py", ".yml")
 ARCHIVE_DIR = "_code"
+DIGEST_CHARS = 12
+"""Hex digits of the content hash in the archive's name (the full hash is what a run checks)."""
 
 
 def package_files(packages: Iterable[str] = SHIPPED_PACKAGES) -> dict[str, Path]:
@@ -35,12 +43,46 @@ def package_files(packages: Iterable[str] = SHIPPED_PACKAGES) -> dict[str, Path]
     return files
 
 
-def digest(files: dict[str, Path]) -> str:
-    """12 hex digits of SHA-256 over the names and contents: the same code, the same archive."""
+def contents_sha256(entries: Iterable[tuple[str, bytes]]) -> str:
+    """SHA-256 over ``(name, contents)`` pairs in name order: of the files when the archive is built, of its
+    members when a run verifies it. Standard library only, and self-contained: its source is the verifier's."""
+    import hashlib
+
     hasher = hashlib.sha256()
-    for name in sorted(files):
-        hasher.update(name.encode() + b"\0" + files[name].read_bytes() + b"\0")
-    return hasher.hexdigest()[:12]
+    for name, data in sorted(entries):
+        hasher.update(name.encode() + b"\0" + data + b"\0")
+    return hasher.hexdigest()
+
+
+def sha256(files: dict[str, Path]) -> str:
+    """The archive's full content hash, which a declared run checks before importing it."""
+    return contents_sha256((name, path.read_bytes()) for name, path in files.items())
+
+
+def digest(files: dict[str, Path]) -> str:
+    """The first hex digits of :func:`sha256`, naming the archive: the same code, the same archive."""
+    return sha256(files)[:DIGEST_CHARS]
+
+
+def verify_archive(path: str, expected: str) -> None:
+    """Exit with a message unless the zip at ``path`` holds exactly the files whose hash is ``expected``.
+
+    Every member counts, so an added module (a ``sitecustomize``, a second copy of a name, which
+    zipimport would prefer) fails as surely as a changed one. Self-contained, like
+    :func:`contents_sha256`: both are sent as source in the run's command."""
+    import sys
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            actual = contents_sha256((i.filename, archive.read(i)) for i in archive.infolist() if not i.is_dir())
+    except (OSError, zipfile.BadZipFile) as error:
+        sys.exit(f"code archive {path}: cannot read it ({error}): refusing to run")
+    if actual != expected:
+        sys.exit(
+            f"code archive {path}: its contents hash to {actual}, not to the run's {expected}: refusing to "
+            "import it (was it replaced in the bucket?)"
+        )
 
 
 def archive_object(code_digest: str) -> str:
@@ -51,3 +93,17 @@ def archive_object(code_digest: str) -> str:
 def archive_path(code_digest: str, mount: str = DATA_MOUNT) -> str:
     """Where every Ray pod sees the archive (the bucket is mounted at ``mount``)."""
     return f"{mount}/{archive_object(code_digest)}"
+
+
+def verifier_command(path: str, expected: str) -> str:
+    """A shell command that runs :func:`verify_archive` on ``path`` from its own source (``python -c``)."""
+    source = "\n".join((
+        "from __future__ import annotations",  # the functions' annotations name typing's Iterable
+        inspect.getsource(contents_sha256),
+        inspect.getsource(verify_archive),
+        "import sys",
+        "verify_archive(sys.argv[1], sys.argv[2])",
+    ))
+    # -I: neither PYTHONPATH (the archive itself) nor the working directory is on sys.path, so nothing of the
+    # archive, not even a planted sitecustomize, runs before it is checked.
+    return f"python -I -c {shlex.quote(source)} {shlex.quote(path)} {shlex.quote(expected)}"

@@ -17,5 +17,5 @@ PolicyPack(
     enforcement_level=EnforcementLevel.MANDATORY,
     policies=POLICIES,
     description="Guardrails for multislice Ray Train on GKE TPUs: DCN networks, TPU node pools, "
-    "checkpoint buckets, storage IAM, the Ray dashboard and deletion protection.",
+    "checkpoint buckets, storage IAM, the Ray dashboard, Ray token auth and NetworkPolicy, and deletion protection.",
 )

@@ -38,6 +38,8 @@ from pulumi_policy import (
     ReportViolation,
     ResourceValidationArgs,
     ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
     Severity,
 )
 
@@ -78,8 +80,11 @@ DCN_MTU = 8896
 DCN_COMPONENT_TYPES = ["gke-ray-tpu:index:DcnNetworks"]
 TPU_MACHINE_TYPE_PREFIXES = ["ct4p-", "ct5lp-", "ct5p-", "ct6e-", "tpu7x-"]
 PUBLIC_PRINCIPALS = ["allUsers", "allAuthenticatedUsers", "principalSet://goog/public:all"]
-RAY_HEAD_PORTS = [8265, 10001]  # dashboard + Jobs REST API, Ray client
-RAY_HEAD_PORT_NAMES = ["dashboard", "client"]
+RAY_HEAD_PORTS = [6379, 8265, 10001, 52365]
+"""Ports where Ray runs code it is sent: GCS (a driver can connect), dashboard + Jobs REST API, Ray client,
+and the dashboard agent every Ray pod runs, which accepts job submissions too."""
+RAY_HEAD_PORT_NAMES = ["gcs-server", "dashboard", "client"]  # KubeRay's names for the head's ports
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 EXPOSING_SERVICE_TYPES = ("LoadBalancer", "NodePort")
 NON_PROD_STACKS = ["dev"]
 INTERNAL_LB_ANNOTATIONS = {
@@ -488,19 +493,115 @@ def validate_ray_dashboard_not_exposed(args: ResourceValidationArgs, report_viol
 
 ray_dashboard_not_exposed = _rule(
     "ray-dashboard-not-exposed",
-    "The Ray dashboard / Jobs API (8265) and Ray client (10001) must not be exposed through a "
-    "LoadBalancer or NodePort Service.",
+    "Ray's code-running ports (GCS 6379, dashboard / Jobs API 8265, client 10001, dashboard agent 52365) must "
+    "not be exposed through a LoadBalancer or NodePort Service.",
     validate_ray_dashboard_not_exposed,
     Severity.CRITICAL,
     {
         "allowInternalLoadBalancer": _option(
             False, "Accept a LoadBalancer annotated as GKE internal (VPC-only) load balancer."
         ),
-        "rayPorts": _option(RAY_HEAD_PORTS, "Service ports that reach the Ray head's dashboard or client.", int),
+        "rayPorts": _option(RAY_HEAD_PORTS, "Service ports that reach a port where Ray runs code it is sent.", int),
         "rayPortNames": _option(
-            RAY_HEAD_PORT_NAMES, "Service port names that reach the Ray head's dashboard or client."
+            RAY_HEAD_PORT_NAMES, "Service port names that reach a port where Ray runs code it is sent."
         ),
     },
+)
+
+
+def _ray_cluster_specs(resource_type: str, props: Any) -> Iterator[tuple[str, Any]]:
+    """``(path, RayCluster spec)`` of every Ray cluster a resource declares (none for a RayJob that selects an
+    existing cluster)."""
+    spec = _get(props, "spec")
+    if resource_type in RAY_CLUSTER_TYPES:
+        yield "spec", spec
+    elif resource_type in RAY_JOB_TYPES and _get(spec, "rayClusterSpec") is not None:
+        yield "spec.rayClusterSpec", _get(spec, "rayClusterSpec")
+    elif resource_type in RAY_SERVICE_TYPES:
+        yield "spec.rayClusterConfig", _get(spec, "rayClusterConfig")
+
+
+def validate_ray_token_auth(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    for path, cluster in _ray_cluster_specs(args.resource_type, args.props):
+        if _get(cluster, "authOptions", "mode") != "token":
+            report_violation(
+                f"'{args.name}' declares a Ray cluster without token auth ({path}.authOptions.mode is not "
+                "'token'): any pod that reaches its ports can run code as its service account. Set "
+                f"{path}.authOptions.mode: token (KubeRay >= 1.5.1, rayVersion >= 2.52.0).",
+                None,
+            )
+
+
+ray_token_auth = _rule(
+    "ray-token-auth",
+    "Every RayCluster, and every Ray cluster a RayJob or RayService brings, runs with Ray's token auth.",
+    validate_ray_token_auth,
+    Severity.CRITICAL,
+)
+
+
+def _ray_pod_templates(resource_type: str, props: Any) -> Iterator[tuple[str, dict]]:
+    """``(where, labels)`` of every Ray pod a resource declares: its template's labels and those KubeRay adds."""
+    name = _get(props, "metadata", "name")
+    for path, cluster in _ray_cluster_specs(resource_type, props):
+        own = {"ray.io/cluster": name} if resource_type in RAY_CLUSTER_TYPES and isinstance(name, str) else {}
+        head = _get(cluster, "headGroupSpec", "template")
+        groups = [(f"{path}.headGroupSpec", head, {"ray.io/node-type": "head", "ray.io/group": "headgroup"})]
+        for index, group in enumerate(_items(_get(cluster, "workerGroupSpecs"))):
+            groups.append((f"{path}.workerGroupSpecs[{index}]", _get(group, "template"),
+                           {"ray.io/node-type": "worker", "ray.io/group": _get(group, "groupName")}))
+        for where, template, kuberay in groups:
+            labels = _get(template, "metadata", "labels")
+            yield where, {**own, **kuberay, **(dict(labels) if isinstance(labels, Mapping) else {})}
+
+
+def _selects(selector: Any, labels: Mapping[str, Any]) -> bool:
+    """Whether a Kubernetes label selector matches ``labels`` (an empty selector matches every pod)."""
+    if not isinstance(selector, Mapping):
+        return False
+    match_labels = selector.get("matchLabels")
+    if isinstance(match_labels, Mapping) and any(labels.get(k) != v for k, v in match_labels.items()):
+        return False
+    for expression in _items(selector.get("matchExpressions")):
+        key, operator, values = _get(expression, "key"), _get(expression, "operator"), _items(_get(expression, "values"))
+        present = key in labels
+        if not {
+            "In": present and labels.get(key) in values,
+            "NotIn": not present or labels.get(key) not in values,
+            "Exists": present,
+            "DoesNotExist": not present,
+        }.get(operator, False):
+            return False
+    return True
+
+
+def _guards_ingress(policy: Any) -> bool:
+    spec = _get(policy, "spec")
+    types = _items(_get(spec, "policyTypes"))
+    return "Ingress" in types if types else True  # unset: Ingress (plus Egress when egress rules exist)
+
+
+def validate_ray_pods_network_policy(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+    policies = [r.props for r in args.resources if r.resource_type == NETWORK_POLICY and _guards_ingress(r.props)]
+    for resource in args.resources:
+        namespace = _get(resource.props, "metadata", "namespace") or "default"
+        guards = [p for p in policies if (_get(p, "metadata", "namespace") or "default") == namespace]
+        for where, labels in _ray_pod_templates(resource.resource_type, resource.props):
+            if not any(_selects(_get(p, "spec", "podSelector"), labels) for p in guards):
+                report_violation(
+                    f"the Ray pods of '{resource.name}' ({where}) are selected by no ingress NetworkPolicy of "
+                    f"namespace '{namespace}': every pod of the cluster can reach their ports. Select them with "
+                    "one (RayTpuCluster creates it; Dataplane V2 enforces it).",
+                    resource.urn,
+                )
+
+
+ray_pods_network_policy = StackValidationPolicy(
+    name="ray-pods-network-policy",
+    description="Every Ray pod the stack declares is selected by an ingress NetworkPolicy of its namespace.",
+    validate=validate_ray_pods_network_policy,
+    enforcement_level=EnforcementLevel.MANDATORY,
+    severity=Severity.HIGH,
 )
 
 
@@ -533,7 +634,7 @@ cluster_deletion_protection = _rule(
 )
 
 
-POLICIES: list[ResourceValidationPolicy] = [
+POLICIES: list[ResourceValidationPolicy | StackValidationPolicy] = [
     dcn_network_mtu,
     dcn_network_custom_subnets,
     tpu_node_pool_gvnic,
@@ -542,6 +643,8 @@ POLICIES: list[ResourceValidationPolicy] = [
     bucket_iam_not_public,
     storage_iam_bucket_scoped,
     ray_dashboard_not_exposed,
+    ray_token_auth,
+    ray_pods_network_policy,
     cluster_deletion_protection,
 ]
 

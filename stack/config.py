@@ -343,7 +343,7 @@ class StackConfig(BaseModel):
     ray_image: Annotated[str, _rule(ray_tpu_cluster.check_image)] = Field(
         ray_tpu_cluster.DEFAULT_IMAGE,
         alias="gke-ray-tpu:rayImage",
-        description="the tutorial's image; a moving tag, so it is pulled on every start. Pin your own tested image for production",
+        description="Ray's release image of the driver's Ray, pulled once per node (docs/security.md: why not the tutorial's TPU nightly); a moving tag (`nightly`, `latest`) is pulled on every start and gets a preview warning",
     )
     megascale_port: Annotated[int, Field(ge=1024, le=65535), _rule(ray_tpu_cluster.check_megascale_port)] = Field(
         ray_tpu_cluster.DEFAULT_MEGASCALE_PORT, alias="gke-ray-tpu:megascalePort", description="`MEGASCALE_PORT` of the TPU workers"

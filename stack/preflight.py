@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional
 
+from components.ray_manifests import is_moving_tag
 from core.errors import ConfigError
 from core.capacity import CAPACITY_MODES
 from core.estimates import CostEstimate, HbmBreakdown, estimate_cost, estimate_hbm_from_config, estimate_step_time
@@ -281,4 +282,15 @@ def check_recreated_slices(cfg: StackConfig, deployed: Mapping[str, object], war
         warn(
             f"{', '.join(changed)}: {pools}, and the RayCluster changes with them; every run on the slices stops "
             "now (a run resumes from its last checkpoint when submitted again). Stop or let finish the runs first."
+        )
+
+
+def check_ray_image(cfg: StackConfig, warn: Callable[[str], None]) -> None:
+    """Warn when the Ray pods' image is a moving tag: each pod start may run a build nobody reviewed, with the
+    bucket's rights, and a new Ray may change defaults (token auth) under the stack."""
+    if is_moving_tag(cfg.ray_image):
+        warn(
+            f"{config_key('ray_image')} {cfg.ray_image} is a moving tag: every Ray pod start pulls whatever was "
+            "last pushed under it and runs it with the bucket's rights; pin a release tag or a digest you tested "
+            "(docs/security.md)"
         )

@@ -31,7 +31,7 @@ from core.job_spec import parse_overrides
 from core.maxtext import check_settings, render
 from stack.config import config_key, parse_stack_config
 from stack.mock_engine import load_stack_file, run_offline
-from stack.preflight import PreflightReport, check_idle_cost, planned_job, planned_run, preflight
+from stack.preflight import PreflightReport, check_idle_cost, check_ray_image, planned_job, planned_run, preflight
 from stack.resource_tree import manifests_yaml, render_tree
 from stack.xla_check import CompileCheckError, SliceCountResults, check_job, pod_flags
 
@@ -143,6 +143,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             sections.append(xla.format(report.estimate_by_slices))
         costs: list[str] = []
         check_idle_cost(cfg, info=costs.append, warn=lambda message: costs.append(f"warning: {message}"))
+        check_ray_image(cfg, warn=lambda message: costs.append(f"warning: {message}"))
         sections.append("\n".join(costs))
     print("\n\n".join(sections))
     return status

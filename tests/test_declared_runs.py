@@ -43,7 +43,9 @@ def test_the_rayjob_runs_exactly_what_the_submit_command_would(dev_run, rayjob):
     """One code path: the submit command's job for the same preset, overrides and run name."""
     request = SubmitRequest(outputs_file="-", preset="llama3-8b", overrides={"steps": 100, "run_name": "baseline-8b"})
     submitted = for_cluster(request, from_mapping(dev_run.outputs, "outputs"))
-    assert rayjob["spec"]["entrypoint"] == submitted.entrypoint
+    # The same command, after the check of the code archive (tests/test_code_archive.py).
+    check, _, command = rayjob["spec"]["entrypoint"].partition(" && ")
+    assert check.startswith("python -I -c ") and command == submitted.entrypoint
     declared_env = yaml.safe_load(rayjob["spec"]["runtimeEnvYAML"])
     # The same environment; only the code travels differently (an archive in the bucket vs an upload).
     code = declared_env["env_vars"].pop("PYTHONPATH")

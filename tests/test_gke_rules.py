@@ -11,7 +11,7 @@ from components.gcs_workload_identity import check_args as check_storage_args
 from components.ray_manifests import port_use
 from components.ray_tpu_cluster import spec_from_args
 from core.errors import ConfigError
-from core.kuberay import supports_flat_resource_claims
+from core.kuberay import auth_secret_name, supports_flat_resource_claims, supports_token_auth
 from stack.component_keys import config_keys
 from stack.config import parse_stack_config
 from stack.mock_engine import MOCK_CHANNEL_VERSIONS, MockGke, OfflineRun, run_offline
@@ -324,10 +324,37 @@ def test_the_served_crd_tells_a_kuberay_that_keeps_the_dcn_claim():
     notes: list[str] = []
     check_kuberay(FakeExtensions(json.loads(RAYCLUSTER_CRD.read_text())), notes.append)
     assert notes == []
-    with pytest.raises(ClusterError, match="older than 1.4.0 and the TPU workers got no DCN NICs"):
+    with pytest.raises(ClusterError, match="older than 1.4.0 and the TPU workers get no DCN NICs"):
         check_kuberay(FakeExtensions(kuberay_13_crd()), notes.append)
     with pytest.raises(ClusterError, match="no rayclusters.ray.io CRD: is GKE's Ray operator add-on enabled"):
         check_kuberay(FakeExtensions(status=404), notes.append)
     check_kuberay(FakeExtensions(status=403), notes.append)  # may not read CRDs: a note, not a failure
-    assert notes == ["cannot read the rayclusters.ray.io CRD (403 Forbidden): not checked that KubeRay >= 1.4.0"]
+    assert notes == ["cannot read the rayclusters.ray.io CRD (403 Forbidden): not checked that KubeRay >= 1.5.1"]
+
+
+def kuberay_15_crd() -> dict:
+    """The vendored CRD without spec.authOptions, as KubeRay 1.4 to 1.5.0 served it."""
+    crd = json.loads(RAYCLUSTER_CRD.read_text())
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    del version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["authOptions"]
+    return crd
+
+
+def test_a_kuberay_that_would_drop_token_auth_is_refused_before_submitting():
+    assert supports_token_auth(json.loads(RAYCLUSTER_CRD.read_text()))
+    assert not supports_token_auth(kuberay_15_crd())
+    assert supports_flat_resource_claims(kuberay_15_crd())  # the DCN claim alone is no longer enough
+    with pytest.raises(ClusterError, match="no authOptions, so its KubeRay is older than 1.5.1") as error:
+        check_kuberay(FakeExtensions(kuberay_15_crd()), [].append)
+    assert "accept jobs from any pod" in str(error.value)
+
+
+def test_the_auth_secret_is_named_as_kuberay_names_it():
+    # utils.CheckName: the last 50 characters, a leading digit or punctuation becomes "r".
+    assert auth_secret_name("maxtext-tpu-cluster") == "maxtext-tpu-cluster"
+    long_name = "baseline-8b-" + "a" * 45 + "-x7k2p"
+    assert len(long_name) > 50
+    assert auth_secret_name(long_name) == long_name[-50:] == "a" * 44 + "-x7k2p"
+    assert auth_secret_name("-" + "b" * 49) == "r" + "b" * 49
+    assert auth_secret_name("a" * 49 + "-9" + "c" * 49)[0] == "r"
 

@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from policy import policies as P  # noqa: E402
-from tests.policy_eval import evaluate  # noqa: E402
+from tests.policy_eval import evaluate, evaluate_stack  # noqa: E402
 
 DCN_PARENT = "gke-ray-tpu:index:DcnNetworks"
 
@@ -59,7 +59,7 @@ def only(found: dict, policy_name: str) -> list[str]:
 # ----------------------------------------------------------------------------- pack shape
 
 
-def test_pack_lists_the_nine_rules_all_mandatory():
+def test_pack_lists_the_eleven_rules_all_mandatory():
     names = [p.name for p in P.POLICIES]
     assert names == [
         "dcn-network-mtu",
@@ -70,6 +70,8 @@ def test_pack_lists_the_nine_rules_all_mandatory():
         "bucket-iam-not-public",
         "storage-iam-bucket-scoped",
         "ray-dashboard-not-exposed",
+        "ray-token-auth",
+        "ray-pods-network-policy",
         "cluster-deletion-protection",
     ]
     assert all(p.enforcement_level is EnforcementLevel.MANDATORY for p in P.POLICIES)
@@ -86,7 +88,8 @@ def test_config_schema_defaults_match_code_defaults():
     ]
     assert schema["cluster-deletion-protection"]["nonProdStacks"]["default"] == ["dev"]
     assert schema["ray-dashboard-not-exposed"]["allowInternalLoadBalancer"]["default"] is False
-    assert schema["ray-dashboard-not-exposed"]["rayPorts"]["default"] == [8265, 10001]
+    # GCS, dashboard / Jobs API, client, and the dashboard agent every Ray pod runs: all run code they are sent.
+    assert schema["ray-dashboard-not-exposed"]["rayPorts"]["default"] == [6379, 8265, 10001, 52365]
     # Every schema is valid JSON (it travels to the engine as a protobuf Struct).
     json.dumps(schema)
 
@@ -421,7 +424,7 @@ def ray_cluster(head: dict) -> dict:
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
         "metadata": {"name": "maxtext-tpu-cluster", "namespace": "default"},
-        "spec": {"headGroupSpec": {"rayStartParams": {}, **head}, "workerGroupSpecs": []},
+        "spec": {"authOptions": {"mode": "token"}, "headGroupSpec": {"rayStartParams": {}, **head}, "workerGroupSpecs": []},
     }
 
 
@@ -460,6 +463,93 @@ def test_ray_job_and_ray_service_embedded_clusters_are_checked():
         P.ray_dashboard_not_exposed, "kubernetes:ray.io/v1:RayService", svc
     )[0]
     assert run(P.ray_dashboard_not_exposed, "kubernetes:ray.io/v1:RayJob", {"spec": {"entrypoint": "python t.py"}}) == []
+
+
+# ----------------------------------------------------------------------------- Ray token auth
+
+
+RAY_JOB = "kubernetes:ray.io/v1:RayJob"
+
+
+@pytest.mark.parametrize("auth", [None, {}, {"mode": "disabled"}])
+def test_a_ray_cluster_without_token_auth_fails(auth):
+    props = ray_cluster({})
+    props["spec"].pop("authOptions")
+    if auth is not None:
+        props["spec"]["authOptions"] = auth
+    assert only(evaluate(RAY_CLUSTER, props, urn(RAY_CLUSTER, "rc")), "ray-token-auth") == [
+        "'rc' declares a Ray cluster without token auth (spec.authOptions.mode is not 'token'): any pod that "
+        "reaches its ports can run code as its service account. Set spec.authOptions.mode: token "
+        "(KubeRay >= 1.5.1, rayVersion >= 2.52.0)."
+    ]
+
+
+def test_the_clusters_ray_jobs_and_ray_services_bring_need_token_auth_too():
+    open_job = {"spec": {"entrypoint": "python t.py", "rayClusterSpec": {"headGroupSpec": {}}}}
+    assert "spec.rayClusterSpec.authOptions.mode" in run(P.ray_token_auth, RAY_JOB, open_job)[0]
+    locked_job = {"spec": {"rayClusterSpec": {"authOptions": {"mode": "token"}, "headGroupSpec": {}}}}
+    assert run(P.ray_token_auth, RAY_JOB, locked_job) == []
+    # A job on an existing cluster declares no cluster: the RayCluster's own check covers it.
+    assert run(P.ray_token_auth, RAY_JOB, {"spec": {"clusterSelector": {"ray.io/cluster": "c"}}}) == []
+    svc = {"spec": {"rayClusterConfig": {"headGroupSpec": {}}}}
+    assert "spec.rayClusterConfig.authOptions.mode" in run(P.ray_token_auth, "kubernetes:ray.io/v1:RayService", svc)[0]
+
+
+# ----------------------------------------------------------------------------- NetworkPolicy over Ray pods
+
+
+def network_policy(selector: dict, namespace: str = "default", types=("Ingress",)) -> dict:
+    spec: dict = {"podSelector": selector}
+    if types is not None:
+        spec["policyTypes"] = list(types)
+    return {"metadata": {"name": "p", "namespace": namespace}, "spec": spec}
+
+
+def labelled_cluster(labels: dict) -> dict:
+    props = ray_cluster({"template": {"metadata": {"labels": labels}}})
+    props["spec"]["workerGroupSpecs"] = [{"groupName": "tpu-group", "template": {"metadata": {"labels": labels}}}]
+    return props
+
+
+def stack_violations(*resources: tuple[str, dict]) -> list[str]:
+    found = evaluate_stack([(type_, props, urn(type_, f"r{i}"), f"r{i}") for i, (type_, props) in enumerate(resources)])
+    return found.get(("ray-pods-network-policy", urn(RAY_CLUSTER, "r0")), []) + found.get(
+        ("ray-pods-network-policy", urn(RAY_JOB, "r0")), [])
+
+
+@pytest.mark.parametrize("selector", [
+    {"matchLabels": {"stack": "a"}},
+    {"matchExpressions": [{"key": "stack", "operator": "In", "values": ["a", "b"]}]},
+    {"matchExpressions": [{"key": "stack", "operator": "Exists"}]},
+    {"matchLabels": {"ray.io/cluster": "maxtext-tpu-cluster"}},  # KubeRay's own label
+    {},  # every pod of the namespace
+])
+def test_ray_pods_a_namespace_policy_selects_pass(selector):
+    cluster = (RAY_CLUSTER, labelled_cluster({"stack": "a"}))
+    assert stack_violations(cluster, (P.NETWORK_POLICY, network_policy(selector))) == []
+
+
+@pytest.mark.parametrize("policy", [
+    None,
+    network_policy({"matchLabels": {"stack": "b"}}),
+    network_policy({"matchLabels": {"stack": "a"}}, namespace="other"),
+    network_policy({"matchLabels": {"stack": "a"}}, types=("Egress",)),
+    network_policy({"matchExpressions": [{"key": "stack", "operator": "NotIn", "values": ["a"]}]}),
+    network_policy({"matchLabels": {"ray.io/node-type": "head"}}),  # the workers stay open
+])
+def test_ray_pods_no_ingress_policy_of_their_namespace_selects_fail(policy):
+    resources = [(RAY_CLUSTER, labelled_cluster({"stack": "a"}))] + ([(P.NETWORK_POLICY, policy)] if policy else [])
+    messages = stack_violations(*resources)
+    assert messages and all("selected by no ingress NetworkPolicy of namespace 'default'" in m for m in messages)
+
+
+def test_a_ray_jobs_own_cluster_is_matched_by_its_template_labels_alone():
+    job = {"metadata": {"name": "run", "namespace": "default"}, "spec": {"rayClusterSpec": {
+        "headGroupSpec": {"template": {"metadata": {"labels": {"stack": "a"}}}}, "workerGroupSpecs": []}}}
+    assert stack_violations((RAY_JOB, job), (P.NETWORK_POLICY, network_policy({"matchLabels": {"stack": "a"}}))) == []
+    # Its cluster's name is generated: a policy on ray.io/cluster=<job name> does not select it.
+    by_name = network_policy({"matchLabels": {"ray.io/cluster": "run"}})
+    assert stack_violations((RAY_JOB, job), (P.NETWORK_POLICY, by_name)) != []
 
 
 # ----------------------------------------------------------------------------- deletion protection

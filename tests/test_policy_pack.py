@@ -92,6 +92,8 @@ def test_analyzer_info_describes_the_pack(analyzer):
         "bucket-iam-not-public",
         "storage-iam-bucket-scoped",
         "ray-dashboard-not-exposed",
+        "ray-token-auth",
+        "ray-pods-network-policy",
         "cluster-deletion-protection",
     }
     assert {p.enforcementLevel for p in policies.values()} == {proto.MANDATORY}

@@ -30,18 +30,23 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from policy import policies as P  # noqa: E402
-from tests.policy_eval import evaluate  # noqa: E402
+from tests.policy_eval import evaluate, evaluate_stack  # noqa: E402
 
 
 def violations(run, config=None) -> dict[tuple[str, str], list[str]]:
-    """``{(policy, resource name): messages}`` over every custom resource of an offline run."""
+    """``{(policy, resource name): messages}`` over every custom resource of an offline run, by the resource
+    policies one resource at a time and by the stack policies over all of them."""
     found = {}
+    resources = []
     for resource in run.resources:
         if not resource.custom or resource.type.startswith("pulumi:providers:"):
             continue
         props = unknown_checking_proxy(dict(resource.inputs))
+        resources.append((resource.type, props, resource.urn, resource.name))
         for policy, messages in evaluate(resource.type, props, resource.urn, resource.name, config).items():
             found[(policy, resource.name)] = messages
+    for (policy, urn), messages in evaluate_stack(resources, config).items():
+        found[(policy, P.parse_urn(urn)[3] if urn else "")] = messages
     return found
 
 
@@ -83,6 +88,7 @@ def test_the_rules_really_apply_to_the_stack(prod):
     assert len(prod.of_type(P.BUCKET_IAM_MEMBER)) == 2  # objectUser and the legacy bucket reader
     assert len(prod.of_type(P.CLUSTER)) == 1
     assert len(prod.of_type("kubernetes:ray.io/v1:RayCluster")) == 1
+    assert len(prod.of_type(P.NETWORK_POLICY)) == 1
     assert all(P.parse_urn(r.urn)[0] == "prod" for r in prod.resources)
 
 
@@ -147,6 +153,13 @@ BAD_PROGRAM = textwrap.dedent(
         type="NodePort", selector={"app": "proxy"}, ports=[k8s.core.v1.ServicePortArgs(port=8265)]))
     k8s.apiextensions.CustomResource("public-raycluster", api_version="ray.io/v1", kind="RayCluster",
         metadata={"name": "rc"}, spec={"headGroupSpec": {"serviceType": "LoadBalancer", "rayStartParams": {}}})
+    # Token auth and a NetworkPolicy over its pods: passes both Ray rules.
+    k8s.apiextensions.CustomResource("locked-raycluster", api_version="ray.io/v1", kind="RayCluster",
+        metadata={"name": "locked", "namespace": "ns"}, spec={"authOptions": {"mode": "token"}, "headGroupSpec": {
+            "rayStartParams": {}, "template": {"metadata": {"labels": {"app": "ray"}}}}})
+    k8s.networking.v1.NetworkPolicy("guard", metadata=k8s.meta.v1.ObjectMetaArgs(namespace="ns"),
+        spec=k8s.networking.v1.NetworkPolicySpecArgs(
+            pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={"app": "ray"}), policy_types=["Ingress"]))
     '''
 )
 
@@ -166,6 +179,8 @@ EXPECTED_BAD = {
     ("ray-dashboard-not-exposed", "dashboard-lb"),
     ("ray-dashboard-not-exposed", "jobs-nodeport"),
     ("ray-dashboard-not-exposed", "public-raycluster"),
+    ("ray-token-auth", "public-raycluster"),
+    ("ray-pods-network-policy", "public-raycluster"),
 }
 
 

@@ -424,7 +424,7 @@ def stated_defaults() -> dict[tuple[str, str], str]:
         ("MaxTextRun", "preset"): f"Default: {DEFAULT_PRESET}.",
         ("RayTpuCluster", "rayClusterName"): f"Default: {ray_tpu_cluster.DEFAULT_NAME}.",
         ("RayTpuCluster", "numSlices"): f"Default: {ray_tpu_cluster.DEFAULT_NUM_SLICES}.",
-        ("RayTpuCluster", "image"): f"Default: the tutorial's {ray_tpu_cluster.DEFAULT_IMAGE}.",
+        ("RayTpuCluster", "image"): f"Default: {ray_tpu_cluster.DEFAULT_IMAGE}, Ray's release image",
         ("RayTpuCluster", "megascalePort"): f"Default: {ray_tpu_cluster.DEFAULT_MEGASCALE_PORT},",
         **{("RayTpuCluster", prop): f"Default: {value}." for prop, value in shape.items()},
         **{("TpuSliceNodePool", prop): f"Default: {value}" for prop, value in shape.items()},

@@ -273,6 +273,14 @@ def test_ray_cluster_equals_the_tutorial_manifest_except_documented_changes(ray_
     libtpu = next(e for e in group["template"]["spec"]["containers"][0]["env"] if e["name"] == "LIBTPU_INIT_ARGS")
     after = "--xla_tpu_enable_async_collective_fusion_multiple_steps"
     libtpu["value"] = libtpu["value"].replace(after, f"{ALL_GATHER_FUSION} {after}")
+    # docs/security.md: token auth (which needs rayVersion), a pinned image, the NetworkPolicy's label,
+    # hardened containers and no Kubernetes API token in the pods.
+    ours["spec"].pop("authOptions"), ours["spec"].pop("rayVersion")
+    ours["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].pop("securityContext")
+    for template in (ours["spec"]["headGroupSpec"]["template"], group["template"]):
+        template["metadata"].pop("labels")
+        template["spec"].pop("automountServiceAccountToken")
+        template["spec"]["containers"][0].update(image="rayproject/ray:nightly-py312-tpu", imagePullPolicy="Always")
     for pod in (ours["spec"]["headGroupSpec"]["template"]["spec"], group["template"]["spec"]):
         next(v for v in pod["volumes"] if "csi" in v)["csi"]["volumeAttributes"]["mountOptions"] = (
             "implicit-dirs,uid=1000,gid=1000,dir-mode=775,file-mode=664,file-cache:max-size-mb:-1"

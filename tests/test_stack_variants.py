@@ -199,10 +199,12 @@ def test_bad_config_fails_before_any_resource(dev_config, key, value, message):
 
 def test_pinned_image_is_not_re_pulled_but_moving_tags_are(run_stack, dev_run):
     _, container, _ = worker(dev_run)
-    assert (container["image"], container["imagePullPolicy"]) == ("rayproject/ray:nightly-py312-tpu", "Always")
+    assert (container["image"], container["imagePullPolicy"]) == ("rayproject/ray:2.60.0-py312", "IfNotPresent")
     pinned = "us-docker.pkg.dev/my-tpu-project/ray/ray-maxtext:2.55.0-py312"
     _, container, _ = worker(run_stack(rayImage=pinned))
     assert (container["image"], container["imagePullPolicy"]) == (pinned, "IfNotPresent")
+    _, container, _ = worker(run_stack(rayImage="rayproject/ray:nightly-py312-tpu"))
+    assert container["imagePullPolicy"] == "Always"
 
 
 def test_tpu7x_slices_are_placed_by_a_workload_policy(run_stack):

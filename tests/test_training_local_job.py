@@ -310,7 +310,7 @@ def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head
     import yaml
 
     from components.maxtext_run import ray_job
-    from core.code_archive import archive_object, digest, package_files
+    from core.code_archive import archive_object, digest, package_files, sha256
     from core.job_spec import build_job
     from core.presets import get_preset
 
@@ -323,7 +323,7 @@ def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head
     with zipfile.ZipFile(archive, "w") as zipped:
         for name, path in files.items():
             zipped.write(path, name)
-    manifest = ray_job(spec, run, "default", "local", digest(files), mount=str(tmp_path))
+    manifest = ray_job(spec, run, "default", "local", sha256(files), mount=str(tmp_path))
     env = yaml.safe_load(manifest["spec"]["runtimeEnvYAML"])
     assert env["env_vars"]["PYTHONPATH"] == str(archive) and "py_modules" not in env
     client = JobSubmissionClient(ray_head.address)
