@@ -1,0 +1,264 @@
+"""The submit command on a stack that scales to zero: each run a RayJob with its own RayCluster, against a fake
+Kubernetes API (tests.fakes.FakeKubeRay) and the fake Jobs API the other submit tests use."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import signal
+import zipfile
+
+import pytest
+import yaml
+from hypothesis import given, strategies as st
+
+from components.ray_manifests import RayClusterSpec, ray_cluster
+from core.tpu_catalogue import slice_shape
+from training import submit
+from training.driver import port_forward, request, run_cluster
+from training.driver.run_files import JobRecord
+from tests.fakes import FakeJobsClient, FakeKubeRay
+from tests.schemas import validate_ray_job
+from tests.test_training_submit import STEPS_LOG, python_ctrl_c, run_cli, write  # noqa: F401 - a fixture
+
+HOSTS = 8
+"""The dev stack's TPU hosts: 2 v6e 4x4 slices of 4 hosts."""
+
+
+def per_run_spec() -> dict:
+    """A RayCluster spec as a run brings it: the stack's head and TPU group, no autoscaler, every slice."""
+    spec = RayClusterSpec(
+        name="run", namespace="default", service_account="ray-ksa", bucket_name="my-tpu-project-maxtext-checkpoints",
+        shape=slice_shape("v6e", "4x4"), num_slices=2, min_slices=2, dcn_interfaces=0,
+        image="rayproject/ray:nightly-py312-tpu", megascale_port=9915, compute_class=None, capacity="flex-start",
+        scale_to_zero=False, idle_timeout_s=60,
+    )
+    return ray_cluster(spec)["spec"]
+
+
+@pytest.fixture(scope="module")
+def per_run_outputs(dev_run) -> dict:
+    return {**dev_run.outputs, "capacity": "flex-start", "scaleToZero": True, "rayClusterSpec": per_run_spec()}
+
+
+class Bucket:
+    """The gcsfs calls the upload makes, on a dict."""
+
+    def __init__(self):
+        self.objects: dict[str, bytes] = {}
+        self.writes = 0
+
+    def exists(self, path):
+        return path in self.objects
+
+    def pipe_file(self, path, value):
+        self.writes += 1
+        self.objects[path] = value
+
+
+@pytest.fixture(autouse=True)
+def run_dirs(tmp_path, monkeypatch):
+    monkeypatch.setattr(request, "DEFAULT_LOCAL_DIR", tmp_path / "runs")
+    return tmp_path / "runs"
+
+
+@pytest.fixture
+def kube(monkeypatch):
+    """submit.main talks to a FakeKubeRay whose Ray heads answer with a FakeJobsClient; returns a setter."""
+    holder: dict = {"bucket": Bucket(), "addresses": [], "checks": 0}
+
+    def use(jobs: FakeJobsClient, **kwargs) -> FakeKubeRay:
+        holder["kube"] = FakeKubeRay(jobs, **kwargs)
+        return holder["kube"]
+
+    def connect(address, hint, log, verbose=False):
+        holder["addresses"].append(address)
+        return holder["kube"].jobs
+
+    def check_kuberay(core, log):
+        holder["checks"] += 1
+
+    monkeypatch.setattr(port_forward, "kube_apis", lambda context: (holder["kube"].core, holder["kube"].custom))
+    monkeypatch.setattr(port_forward, "_core_api", lambda context: holder["kube"].core)
+    monkeypatch.setattr(submit, "connect", connect)
+    monkeypatch.setattr(submit, "_check_kuberay", check_kuberay)
+    monkeypatch.setattr(submit, "_report", lambda run_dir, record, title, log: None)
+    monkeypatch.setattr(run_cluster, "gcs_filesystem", lambda: holder["bucket"])
+    monkeypatch.setattr(run_cluster, "POLL_S", 0)
+    use.holder = holder
+    return use
+
+
+def test_a_run_is_a_crd_valid_rayjob_that_brings_its_cluster_and_deletes_it(capsys, tmp_path, per_run_outputs, kube,
+                                                                          run_dirs):
+    fake = kube(FakeJobsClient(log=STEPS_LOG))
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, per_run_outputs), "--backoff-limit", "1", "run_name=r")
+    assert rc == 0, err
+
+    # One RayJob, valid against KubeRay's CRD, that owns its cluster: what Kueue can manage later.
+    [created] = fake.created
+    validate_ray_job(created)
+    spec = created["spec"]
+    assert created["metadata"] == {"name": "maxtext-r", "namespace": "default"}
+    assert "clusterSelector" not in spec and spec["shutdownAfterJobFinishes"] is True
+    assert spec["rayClusterSpec"] == per_run_outputs["rayClusterSpec"]
+    assert (spec["jobId"], spec["submissionMode"], spec["backoffLimit"]) == ("maxtext-r", "HTTPMode", 1)
+    assert spec["preRunningDeadlineSeconds"] == run_cluster.DEFAULT_PRE_RUNNING_DEADLINE_S
+    assert spec["entrypoint"].startswith("python -m training.worker.trainer ") and "run_name=r" in spec["entrypoint"]
+
+    # The job imports the code archive the command put in the bucket, and waits minutes for its slices.
+    env = yaml.safe_load(spec["runtimeEnvYAML"])
+    assert "py_modules" not in env and env["env_vars"]["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] == "900"
+    [(path, data)] = kube.holder["bucket"].objects.items()
+    assert env["env_vars"]["PYTHONPATH"] == "/data/" + path.split("/", 1)[1]
+    assert path.startswith("my-tpu-project-maxtext-checkpoints/_code/gke-ray-tpu-") and path.endswith(".zip")
+    names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+    assert {"core/kuberay.py", "training/worker/trainer.py", "core/presets/__init__.py"} <= set(names)
+    assert not [n for n in names if "__pycache__" in n or not n.startswith(("core/", "training/"))]
+
+    # KubeRay posted the job (HTTPMode); the command never submitted one itself.
+    assert [j["submission_id"] for j in fake.jobs.submitted] == ["maxtext-r"]
+    assert "submit_job" not in fake.jobs.calls
+
+    # The wait, from the RayJob's and the pods' status: hosts ready only ever go up, to all of them.
+    ready = [int(m.group(1)) for m in re.finditer(r"waiting for TPU slices: (\d+) of 8 hosts ready", err)]
+    assert ready == sorted(ready) and ready[-1] == HOSTS and len(ready) >= 2, err
+    # The port-forward went to the run's own head service, after the cluster was up.
+    job = fake.ray_jobs["maxtext-r"]
+    cluster = job["status"]["rayClusterName"]
+    assert fake.services_read == [f"{cluster}-head-svc"]
+    assert [a.startswith("http://127.0.0.1:") for a in kube.holder["addresses"]] == [True]
+    assert err.index("hosts ready") < err.index("port-forward 127.0.0.1:") < err.index("step 1/")
+
+    # The job id is recorded, with the chips the run held; the cluster is gone after.
+    record = JobRecord.load(run_dirs / "r")
+    assert (record.submission_id, record.status, record.chips) == ("maxtext-r", "SUCCEEDED", 2 * 16)
+    assert job["status"]["jobDeploymentStatus"] == "Complete"
+    assert fake.clusters == set() and fake.pods == {}
+    assert f"KubeRay deletes RayCluster {cluster} 60 s after the job ended" in err
+    assert kube.holder["checks"] == 1
+
+
+def test_the_code_archive_is_uploaded_once_per_content(capsys, tmp_path, per_run_outputs, kube):
+    outputs = write(tmp_path, per_run_outputs)
+    kube(FakeJobsClient(log=STEPS_LOG))
+    assert run_cli(capsys, "--outputs-file", outputs, "run_name=a")[0] == 0
+    rc, err = run_cli(capsys, "--outputs-file", outputs, "run_name=b")
+    assert rc == 0 and kube.holder["bucket"].writes == 1
+    assert re.search(r"code archive gs://\S+/_code/gke-ray-tpu-[0-9a-f]{12}\.zip is there already", err), err
+
+
+def test_a_run_that_never_gets_its_slices_says_why_in_one_line_before_the_deadline_ends_it(
+        capsys, tmp_path, per_run_outputs, kube):
+    fake = kube(FakeJobsClient(log=STEPS_LOG), slices_never_come=True)
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, per_run_outputs),
+                      "--pre-running-deadline-seconds", "1200", "run_name=n")
+    assert rc == 1, err
+    lines = err.splitlines()
+    why = [i for i, line in enumerate(lines) if "not scheduled yet" in line]
+    ended = [i for i, line in enumerate(lines) if "ended: PreRunningDeadlineExceeded" in line]
+    assert len(why) == 1 and len(ended) == 1 and why[0] < ended[0], err
+    assert "s left of preRunningDeadlineSeconds=1200): FailedScheduling: 0/3 nodes are available" in lines[why[0]]
+    assert "NotTriggerScaleUp: pod didn't trigger scale-up" in lines[why[0]] and "GCE quota exceeded" in lines[why[0]]
+    assert "(preRunningDeadlineSeconds=1200)" in lines[ended[0]]
+    assert "[submit] maxtext-n FAILED" in err
+    # The job never reached a Ray head; its cluster was deleted with the run.
+    assert kube.holder["addresses"] == [] and fake.jobs.submitted == []
+    assert fake.clusters == set() and fake.pods == {}
+
+
+class InterruptedOnce(FakeJobsClient):
+    """A running job whose first log stream gets a real SIGINT (Ctrl-C) after its first chunk."""
+
+    async def tail_job_logs(self, sid):
+        import asyncio
+
+        self.streams += 1
+        if self.streams == 1:
+            yield "step: 0, loss: 6.061\n"
+            os.kill(os.getpid(), signal.SIGINT)
+            await asyncio.sleep(60)
+        async for chunk in super().tail_job_logs(sid):
+            yield chunk
+
+
+def test_ctrl_c_leaves_the_run_going_says_how_to_stop_it_and_follow_attaches_again(
+        capsys, tmp_path, per_run_outputs, kube, python_ctrl_c, run_dirs):
+    fake = kube(InterruptedOnce(log=STEPS_LOG))
+    outputs = write(tmp_path, per_run_outputs)
+    rc, err = run_cli(capsys, "--outputs-file", outputs, "run_name=c")
+    assert rc == 130 and "Traceback" not in err, err
+    assert fake.jobs.stopped == [] and fake.jobs.jobs["maxtext-c"] == "RUNNING"
+    assert err.splitlines()[-1] == (
+        f"[submit] interrupted: run c keeps going on its own cluster. Follow it again with `python -m training.submit "
+        f"--outputs-file {outputs} --follow c`; stop it (and delete its cluster) with "
+        "`kubectl delete rayjob -n default maxtext-c`"
+    )
+    # --follow finds the RayJob by its job id and follows the job on the run's cluster to its end.
+    rc, err = run_cli(capsys, "--outputs-file", outputs, "--follow", "c")
+    assert rc == 0, err
+    assert "maxtext-c is RUNNING" in err and "[submit] maxtext-c SUCCEEDED" in err
+    assert fake.clusters == set()
+    # Once the cluster is gone, --follow reports the run from its RayJob and the log this machine saved.
+    rc, err = run_cli(capsys, "--outputs-file", outputs, "--follow", "c")
+    assert rc == 0 and "its cluster is gone; the job's log is what this machine saved" in err, err
+    assert "[submit] maxtext-c SUCCEEDED: 3 steps, loss 6.061 -> 5.282" in err
+    assert JobRecord.load(run_dirs / "c").status == "SUCCEEDED"
+
+
+def test_dashboard_forwards_to_the_running_runs_head(capsys, tmp_path, per_run_outputs, kube, monkeypatch):
+    fake = kube(FakeJobsClient(log=STEPS_LOG))
+    outputs = write(tmp_path, per_run_outputs)
+    # A run whose cluster is up: the command is stopped while it follows it.
+    monkeypatch.setattr(submit, "_stream", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert run_cli(capsys, "--outputs-file", outputs, "run_name=d")[0] == 130
+    cluster = fake.ray_jobs["maxtext-d"]["status"]["rayClusterName"]
+    monkeypatch.setattr(submit, "hold", lambda: (_ for _ in ()).throw(KeyboardInterrupt))
+    fake.services_read.clear()
+    assert submit.main(["--outputs-file", outputs, "--dashboard"]) == 0
+    assert fake.services_read == [f"{cluster}-head-svc"]
+    rc, err = run_cli(capsys, "--outputs-file", outputs, "--dashboard", "--follow", "other")
+    assert rc == 2 and "--follow='other': expected a run that is running" in err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--backoff-limit", "-1"], "--backoff-limit=-1: expected an integer >= 0"),
+        (["--pre-running-deadline-seconds", "0"], "--pre-running-deadline-seconds=0: expected an integer >= 1"),
+    ],
+)
+def test_bad_run_settings_are_one_line_and_exit_2(capsys, tmp_path, per_run_outputs, kube, argv, message):
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, per_run_outputs), *argv)
+    assert (rc, err.count("\n")) == (2, 1) and message in err, err
+
+
+def test_retries_need_a_stack_that_scales_to_zero(capsys, tmp_path, dev_run):
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dict(dev_run.outputs)), "--backoff-limit", "2")
+    assert rc == 2 and "--backoff-limit=2: expected 0 on a stack that holds its slices" in err
+
+
+def test_a_held_stack_with_a_run_cluster_spec_is_refused(tmp_path, dev_run):
+    from core.errors import ConfigError
+    from training.driver import stack_outputs
+
+    with pytest.raises(ConfigError, match="rayClusterSpec.*no rayClusterSpec on a stack that holds its slices"):
+        stack_outputs.load_file(write(tmp_path, {**dev_run.outputs, "rayClusterSpec": per_run_spec()}))
+    with pytest.raises(ConfigError, match="rayClusterSpec='x': expected a dict"):
+        stack_outputs.load_file(write(tmp_path, {**dev_run.outputs, "scaleToZero": True, "rayClusterSpec": "x"}))
+
+
+@given(st.text(alphabet=st.sampled_from("abcXYZ019_.-"), min_size=1, max_size=100))
+def test_a_rayjob_name_is_what_kuberay_accepts_and_differs_per_submission(run_name):
+    sid = f"maxtext-{run_name}"
+    name = run_cluster.ray_job_name(sid)
+    assert len(name) <= run_cluster.MAX_RAYJOB_NAME
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name), name
+    assert run_cluster.ray_job_name(sid + "-attempt-2") != name
+
+
+def test_a_valid_short_submission_id_is_its_own_rayjob_name():
+    assert run_cluster.ray_job_name("maxtext-llama3-8b-20261204-060000") == "maxtext-llama3-8b-20261204-060000"
+    # Two ids that would clean up to the same name keep apart.
+    assert run_cluster.ray_job_name("maxtext-Run_1") != run_cluster.ray_job_name("maxtext-run-1")
