@@ -147,7 +147,8 @@ class FakeKubeRay:
     and the RayJob is Running. When that job has ended, the RayJob is Complete (or Failed) and, as
     ``shutdownAfterJobFinishes`` asks, the RayCluster and its pods are deleted. ``slices_never_come``: the worker pods
     stay pending, the scheduler and the cluster autoscaler say why, and after ``deadline_reads`` reads KubeRay ends
-    the RayJob if it set ``preRunningDeadlineSeconds``.
+    the RayJob if it set ``preRunningDeadlineSeconds``. A failed job is retried on a new cluster while the RayJob's
+    ``backoffLimit`` allows.
     """
 
     CREATED = "2026-12-04T06:00:00Z"
@@ -174,8 +175,8 @@ class FakeKubeRay:
         state = status.get("jobDeploymentStatus")
         if state in ("Complete", "Failed"):
             return
-        if not state:
-            cluster = f"{name}-x7k2p"
+        if state in (None, "", "Retrying"):
+            cluster = f"{name}-x7k2p{status.get('failed') or ''}"
             status.update(jobDeploymentStatus="Initializing", rayClusterName=cluster, startTime=self.CREATED,
                           jobId=spec["jobId"])
             self.clusters.add(cluster)
@@ -207,14 +208,20 @@ class FakeKubeRay:
             status.update(jobDeploymentStatus="Running", jobStatus="RUNNING")
             return
         ray_status = self.jobs.jobs.get(spec["jobId"], "RUNNING")
+        if ray_status == "FAILED" and (status.get("failed") or 0) < spec.get("backoffLimit", 0):
+            # A retry: a new cluster, whose Jobs API has not seen the job yet.
+            status.update(jobDeploymentStatus="Retrying", jobStatus="FAILED", failed=(status.get("failed") or 0) + 1)
+            self._delete_cluster(job, retrying=True)
+            del self.jobs.jobs[spec["jobId"]]
+            return
         if ray_status in ("SUCCEEDED", "FAILED", "STOPPED"):
             status.update(jobStatus=ray_status, endTime=self.CREATED,
                           jobDeploymentStatus="Complete" if ray_status == "SUCCEEDED" else "Failed",
                           reason="" if ray_status == "SUCCEEDED" else "AppFailed")
             self._delete_cluster(job)
 
-    def _delete_cluster(self, job: dict) -> None:
-        if job["spec"].get("shutdownAfterJobFinishes"):
+    def _delete_cluster(self, job: dict, retrying: bool = False) -> None:
+        if retrying or job["spec"].get("shutdownAfterJobFinishes"):
             cluster = job["status"]["rayClusterName"]
             self.clusters.discard(cluster)
             for pod_name in [n for n, p in self.pods.items() if p.metadata.labels["ray.io/cluster"] == cluster]:

@@ -162,7 +162,7 @@ def test_a_run_that_never_gets_its_slices_says_why_in_one_line_before_the_deadli
     assert "s left of preRunningDeadlineSeconds=1200): FailedScheduling: 0/3 nodes are available" in lines[why[0]]
     assert "NotTriggerScaleUp: pod didn't trigger scale-up" in lines[why[0]] and "GCE quota exceeded" in lines[why[0]]
     assert "(preRunningDeadlineSeconds=1200)" in lines[ended[0]]
-    assert "[submit] maxtext-n FAILED" in err
+    assert lines[ended[0] - 1].startswith("[submit] maxtext-n FAILED; its last error lines:")
     # The job never reached a Ray head; its cluster was deleted with the run.
     assert kube.holder["addresses"] == [] and fake.jobs.submitted == []
     assert fake.clusters == set() and fake.pods == {}
@@ -205,6 +205,33 @@ def test_ctrl_c_leaves_the_run_going_says_how_to_stop_it_and_follow_attaches_aga
     assert rc == 0 and "its cluster is gone; the job's log is what this machine saved" in err, err
     assert "[submit] maxtext-c SUCCEEDED: 3 steps, loss 6.061 -> 5.282" in err
     assert JobRecord.load(run_dirs / "c").status == "SUCCEEDED"
+
+
+class FailsFirst(FakeJobsClient):
+    """A job whose first attempt fails (its worker raised) and whose retry succeeds."""
+
+    async def tail_job_logs(self, sid):
+        self.final = "FAILED" if self.streams == 0 else "SUCCEEDED"
+        async for chunk in super().tail_job_logs(sid):
+            yield chunk
+
+
+def test_a_failed_run_is_retried_on_a_new_cluster_and_followed_there(capsys, tmp_path, per_run_outputs, kube,
+                                                                     run_dirs):
+    fake = kube(FailsFirst(log=STEPS_LOG))
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, per_run_outputs), "--backoff-limit", "1",
+                      "--slices", "1", "run_name=t")
+    assert rc == 0, err
+    clusters = [job["cluster"] for job in fake.jobs.submitted]
+    assert len(clusters) == 2 and clusters[0] != clusters[1]
+    assert fake.services_read == [f"{cluster}-head-svc" for cluster in clusters]
+    assert f"maxtext-t FAILED on RayCluster {clusters[0]}; KubeRay retries the run on a new cluster" in err
+    # One slice asked for: the run's cluster has one slice of 4 hosts, and the record counts its 16 chips.
+    [created] = fake.created
+    assert [g["replicas"] for g in created["spec"]["rayClusterSpec"]["workerGroupSpecs"]] == [1]
+    assert "waiting for TPU slices: 4 of 4 hosts ready" in err
+    assert JobRecord.load(run_dirs / "t").chips == 16
+    assert fake.clusters == set()
 
 
 def test_dashboard_forwards_to_the_running_runs_head(capsys, tmp_path, per_run_outputs, kube, monkeypatch):

@@ -275,7 +275,8 @@ def _run_on_own_cluster(request: SubmitRequest, outputs, submission: Optional[Su
         _check_kuberay(core, log)
         run_cluster.upload_archive(run_cluster.gcs_filesystem(), outputs.bucket_name, submission.code_files, log)
         manifest = run_cluster.run_manifest(
-            sid, outputs.namespace, outputs.ray_cluster_spec, submission.entrypoint, submission.runtime_env,
+            sid, outputs.namespace, outputs.ray_cluster_spec, submission.spec.slices, submission.entrypoint,
+            submission.runtime_env,
             request.backoff_limit, request.pre_running_deadline_seconds,
         )
         name = manifest["metadata"]["name"]
@@ -324,10 +325,9 @@ def _follow_on_own_cluster(request: SubmitRequest, outputs, runs, name: str, sid
         ray_job = runs.read(name)
         deadline = (ray_job.get("spec") or {}).get("preRunningDeadlineSeconds")
         waited = runs.wait_for_cluster(name, deadline)
-        if waited.cluster is None:
-            log(run_cluster.ended_line(waited.ray_job))
+        if waited.cluster is None:  # KubeRay's reason is the run's error line
             record = _job_record(run_cluster.RayJobTiming(waited.ray_job), sid, spec, outputs)
-            return run_cluster.job_status(waited.ray_job), "", record
+            return run_cluster.job_status(waited.ray_job), run_cluster.ended_line(waited.ray_job), record
         head = run_cluster.head_service(waited.cluster)
         with job_client(request, outputs, spec.slices, log, head_service=head) as client, \
                 JobsApi(client, log) as api:

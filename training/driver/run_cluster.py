@@ -308,11 +308,19 @@ def check_deadline(value: int) -> int:
     return value
 
 
-def run_manifest(submission_id: str, namespace: str, ray_cluster_spec: Mapping, entrypoint: str, runtime_env: dict,
-                 backoff_limit: int, pre_running_deadline_s: int) -> dict:
-    """The run's RayJob (core.kuberay.run_ray_job), named for its submission id."""
+def with_slices(ray_cluster_spec: Mapping, slices: int) -> dict:
+    """The stack's run cluster spec with ``slices`` TPU slices: a run on fewer slices than the stack allows
+    brings (and pays for) only those. No autoscaler runs, so KubeRay keeps ``replicas`` as it is."""
+    groups = [{**group, "replicas": slices, "minReplicas": slices, "maxReplicas": slices}
+              for group in ray_cluster_spec.get("workerGroupSpecs") or []]
+    return {**ray_cluster_spec, "workerGroupSpecs": groups}
+
+
+def run_manifest(submission_id: str, namespace: str, ray_cluster_spec: Mapping, slices: int, entrypoint: str,
+                 runtime_env: dict, backoff_limit: int, pre_running_deadline_s: int) -> dict:
+    """The run's RayJob (core.kuberay.run_ray_job), named for its submission id, with ``slices`` slices."""
     return run_ray_job(
-        ray_job_name(submission_id), namespace, ray_cluster_spec,
+        ray_job_name(submission_id), namespace, with_slices(ray_cluster_spec, slices),
         entrypoint=entrypoint,
         runtime_env_yaml=yaml.safe_dump(runtime_env, sort_keys=True),
         job_id=submission_id,
