@@ -15,6 +15,8 @@ import warnings
 import aiohttp
 import pytest
 import requests
+import urllib3
+from kubernetes import client as k8s_client
 
 from core.errors import ConfigError
 from core.job_spec import JobSpec, submission_id_for
@@ -233,6 +235,10 @@ RESET = requests.ConnectionError("('Connection aborted.', ConnectionResetError(1
         (RuntimeError("WebSocket connection closed unexpectedly with close code 1006"), True),
         (RuntimeError("Request failed with status code 400: Job with submission_id x already exists."), False),
         (RuntimeError("Request failed with status code 404: Job x does not exist."), False),
+        (k8s_client.ApiException(status=503, reason="Service Unavailable"), True),
+        (k8s_client.ApiException(status=429, reason="Too Many Requests"), True),
+        (k8s_client.ApiException(status=403, reason="Forbidden"), False),
+        (urllib3.exceptions.MaxRetryError(None, "/apis/ray.io/v1", "Connection refused"), True),
         (ValueError("bad address"), False),
         (KeyError("x"), False),
     ],

@@ -289,3 +289,22 @@ def test_a_valid_short_submission_id_is_its_own_rayjob_name():
     assert run_cluster.ray_job_name("maxtext-llama3-8b-20261204-060000") == "maxtext-llama3-8b-20261204-060000"
     # Two ids that would clean up to the same name keep apart.
     assert run_cluster.ray_job_name("maxtext-Run_1") != run_cluster.ray_job_name("maxtext-run-1")
+
+
+def test_a_user_who_may_not_list_rayjobs_gets_one_line_and_exit_3(capsys, tmp_path, per_run_outputs, kube,
+                                                                  monkeypatch):
+    from kubernetes import client as k8s
+
+    fake = kube(FakeJobsClient(log=STEPS_LOG))
+
+    def forbidden(*args):
+        raise k8s.ApiException(status=403, reason="Forbidden")
+
+    monkeypatch.setattr(fake.custom, "list_namespaced_custom_object", forbidden)
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, per_run_outputs), "run_name=f")
+    assert rc == 3 and "Traceback" not in err
+    assert err.splitlines()[-1] == (
+        "python -m training.submit: error: listing the RayJobs of namespace default (403 Forbidden): is the "
+        "kubeconfig pointing at the stack's cluster, and may this user manage RayJobs in its namespace?"
+    )
+    assert fake.created == []

@@ -310,8 +310,10 @@ def check_deadline(value: int) -> int:
 
 def with_slices(ray_cluster_spec: Mapping, slices: int) -> dict:
     """The stack's run cluster spec with ``slices`` TPU slices: a run on fewer slices than the stack allows
-    brings (and pays for) only those. No autoscaler runs, so KubeRay keeps ``replicas`` as it is."""
-    groups = [{**group, "replicas": slices, "minReplicas": slices, "maxReplicas": slices}
+    brings (and pays for) only those. No autoscaler runs, so KubeRay keeps ``replicas`` slices (it recreates the
+    pods of a lost one); the bounds only have to hold them."""
+    groups = [{**group, "replicas": slices, "maxReplicas": slices,
+               "minReplicas": min(int(group.get("minReplicas", slices)), slices)}
               for group in ray_cluster_spec.get("workerGroupSpecs") or []]
     return {**ray_cluster_spec, "workerGroupSpecs": groups}
 
