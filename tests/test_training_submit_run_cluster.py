@@ -16,11 +16,12 @@ from hypothesis import given, strategies as st
 from components.ray_manifests import RayClusterSpec, ray_cluster
 from core.tpu_catalogue import slice_shape
 from training import submit
-from training.driver import port_forward, request, run_cluster
+from training.driver import port_forward, run_cluster
 from training.driver.run_files import JobRecord
 from tests.fakes import FakeJobsClient, FakeKubeRay
 from tests.schemas import validate_ray_job
-from tests.test_training_submit import STEPS_LOG, python_ctrl_c, run_cli, write  # noqa: F401 - a fixture
+# python_ctrl_c and run_dirs (autouse: run files go to a temporary directory) are fixtures.
+from tests.test_training_submit import STEPS_LOG, python_ctrl_c, run_cli, run_dirs, write  # noqa: F401
 
 HOSTS = 8
 """The dev stack's TPU hosts: 2 v6e 4x4 slices of 4 hosts."""
@@ -55,12 +56,6 @@ class Bucket:
     def pipe_file(self, path, value):
         self.writes += 1
         self.objects[path] = value
-
-
-@pytest.fixture(autouse=True)
-def run_dirs(tmp_path, monkeypatch):
-    monkeypatch.setattr(request, "DEFAULT_LOCAL_DIR", tmp_path / "runs")
-    return tmp_path / "runs"
 
 
 @pytest.fixture
