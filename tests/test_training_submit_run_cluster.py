@@ -129,6 +129,8 @@ def test_a_run_is_a_crd_valid_rayjob_that_brings_its_cluster_and_deletes_it(caps
     # The job id is recorded, with the chips the run held; the cluster is gone after.
     record = JobRecord.load(run_dirs / "r")
     assert (record.submission_id, record.status, record.chips) == ("maxtext-r", "SUCCEEDED", 2 * 16)
+    # KubeRay acts on its own; the fake, when read. The command does not wait for a succeeded run's cleanup.
+    job = fake.custom.get_namespaced_custom_object("ray.io", "v1", "default", "rayjobs", "maxtext-r")
     assert job["status"]["jobDeploymentStatus"] == "Complete"
     assert fake.clusters == set() and fake.pods == {}
     assert f"KubeRay deletes RayCluster {cluster} 60 s after the job ended" in err
@@ -194,7 +196,8 @@ def test_ctrl_c_leaves_the_run_going_says_how_to_stop_it_and_follow_attaches_aga
     rc, err = run_cli(capsys, "--outputs-file", outputs, "--follow", "c")
     assert rc == 0, err
     assert "maxtext-c is RUNNING" in err and "[submit] maxtext-c SUCCEEDED" in err
-    assert fake.clusters == set()
+    assert fake.custom.get_namespaced_custom_object("ray.io", "v1", "default", "rayjobs", "maxtext-c")["status"][
+        "jobDeploymentStatus"] == "Complete" and fake.clusters == set()
     # Once the cluster is gone, --follow reports the run from its RayJob and the log this machine saved.
     rc, err = run_cli(capsys, "--outputs-file", outputs, "--follow", "c")
     assert rc == 0 and "its cluster is gone; the job's log is what this machine saved" in err, err
@@ -226,6 +229,7 @@ def test_a_failed_run_is_retried_on_a_new_cluster_and_followed_there(capsys, tmp
     assert [g["replicas"] for g in created["spec"]["rayClusterSpec"]["workerGroupSpecs"]] == [1]
     assert "waiting for TPU slices: 4 of 4 hosts ready" in err
     assert JobRecord.load(run_dirs / "t").chips == 16
+    fake.custom.get_namespaced_custom_object("ray.io", "v1", "default", "rayjobs", "maxtext-t")  # KubeRay's turn
     assert fake.clusters == set()
 
 

@@ -18,8 +18,14 @@ outcome. ``--follow`` attaches to a run without submitting anything: a run
 declared in the stack (a RayJob) or one submitted before. ``--dashboard`` only
 forwards a local port to the RayCluster's Ray dashboard, until Ctrl-C.
 
+On a stack that scales to zero (its outputs carry ``rayClusterSpec``) there is
+no RayCluster to submit to: each run is a RayJob that brings its own
+(``training.driver.run_cluster``), the port-forward goes to that cluster's head
+once it is up, and Ctrl-C leaves the run going.
+
 Exit status: 0 job succeeded; 1 job failed or was stopped; 2 bad arguments or
-stack outputs; 3 cluster unreachable; 130 interrupted (the job is stopped).
+stack outputs; 3 cluster unreachable; 130 interrupted (the job is stopped, except
+a run with its own cluster).
 """
 
 from __future__ import annotations
@@ -265,8 +271,8 @@ def _run_on_own_cluster(request: SubmitRequest, outputs, submission: Optional[Su
     started = time.monotonic()
     core, custom = port_forward.kube_apis(request.kube_context)
     runs = run_cluster.RunClusters(core, custom, outputs.namespace, log)
-    nxt = decide(run_name, runs.run_jobs(run_name)) if submission is not None else latest(
-        run_name, runs.run_jobs(run_name))
+    jobs = runs.run_jobs(run_name)
+    nxt = decide(run_name, jobs) if submission is not None else latest(run_name, jobs)
     if nxt.why:
         log(nxt.why)
     sid = nxt.submission_id
@@ -295,7 +301,7 @@ def _run_on_own_cluster(request: SubmitRequest, outputs, submission: Optional[Su
     try:
         if nxt.action == "report":
             status, message = run_cluster.job_status(ray_job), ""
-            record = _job_record(run_cluster.RayJobTiming(ray_job), sid, spec, outputs)
+            record = _saved_record(run_dir, sid) or _job_record(run_cluster.RayJobTiming(ray_job), sid, spec, outputs)
             saved = run_dir / JOB_LOG
             log(f"its cluster is gone; the job's log is what this machine saved: {saved}" if saved.exists()
                 else "its cluster is gone, and this machine saved no log of it")
@@ -332,14 +338,24 @@ def _follow_on_own_cluster(request: SubmitRequest, outputs, runs, name: str, sid
         with job_client(request, outputs, spec.slices, log, head_service=head) as client, \
                 JobsApi(client, log) as api:
             status, message, record = _stream(api, sid, spec, outputs, run_dir, progress, request.verbose)
-        after = runs.wait_after_job(name, waited.cluster)
-        if status != "SUCCEEDED" and (after.get("status") or {}).get("jobDeploymentStatus") not in run_cluster.FINISHED:
+        # A failed job may be retried: KubeRay says so once it has seen the job end.
+        after = waited.ray_job if status == "SUCCEEDED" else runs.wait_after_job(name, waited.cluster)
+        if (after.get("status") or {}).get("jobDeploymentStatus") not in (*run_cluster.FINISHED, "Running"):
             log(f"{sid} {status} on RayCluster {waited.cluster}; KubeRay retries the run on a new cluster "
                 f"(backoffLimit {after['spec'].get('backoffLimit', 0)})")
             continue
         log(f"KubeRay deletes RayCluster {waited.cluster} {after['spec'].get('ttlSecondsAfterFinished', 0)} s after "
             "the job ended; GKE then removes its TPU nodes")
         return status, message, record
+
+
+def _saved_record(run_dir: Path, sid: str) -> Optional[JobRecord]:
+    """The record this machine saved while it followed job ``sid`` (Ray's times, not the RayJob's), if any."""
+    try:
+        record = JobRecord.load(run_dir)
+    except FileNotFoundError:
+        return None
+    return record if record.submission_id == sid else None
 
 
 def _check_kuberay(core, log: Callable[[str], None]) -> None:
