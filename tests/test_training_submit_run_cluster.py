@@ -53,7 +53,7 @@ class Bucket:
     def exists(self, path):
         return path in self.objects
 
-    def pipe_file(self, path, value):
+    def pipe_file(self, path, value, content_type):
         self.writes += 1
         self.objects[path] = value
 
@@ -144,6 +144,36 @@ def test_the_code_archive_is_uploaded_once_per_content(capsys, tmp_path, per_run
     rc, err = run_cli(capsys, "--outputs-file", outputs, "run_name=b")
     assert rc == 0 and kube.holder["bucket"].writes == 1
     assert re.search(r"code archive gs://\S+/_code/gke-ray-tpu-[0-9a-f]{12}\.zip is there already", err), err
+
+
+def test_the_archive_goes_to_a_gcs_bucket_through_gcsfs(tmp_path, monkeypatch):
+    """The upload with the real gcsfs, against a Cloud Storage emulator on 127.0.0.1."""
+    import gcsfs
+
+    from core import code_archive
+    from tests.gcs_emulator import GcsEmulator
+
+    files = code_archive.package_files()
+    obj = code_archive.archive_object(code_archive.digest(files))
+    said: list[str] = []
+    with GcsEmulator("code-bucket", tmp_path / "fake-gcs-server.log") as gcs:
+        for key, value in gcs.env.items():
+            monkeypatch.setenv(key, value)
+        gcsfs.GCSFileSystem.clear_instance_cache()
+        try:
+            assert run_cluster.upload_archive(run_cluster.gcs_filesystem(), "code-bucket", files, said.append) == obj
+            gcsfs.GCSFileSystem.clear_instance_cache()
+            fs = run_cluster.gcs_filesystem()
+            assert run_cluster.upload_archive(fs, "code-bucket", files, said.append) == obj
+            assert gcs.objects("_code/") == [obj]
+            assert fs.info(f"code-bucket/{obj}")["contentType"] == "application/zip"
+            zipped = zipfile.ZipFile(io.BytesIO(fs.cat_file(f"code-bucket/{obj}")))
+            assert sorted(zipped.namelist()) == sorted(files)
+            assert zipped.read("core/kuberay.py") == files["core/kuberay.py"].read_bytes()
+        finally:
+            gcsfs.GCSFileSystem.clear_instance_cache()
+    assert said == [f"uploaded the code archive to gs://code-bucket/{obj}", f"code archive gs://code-bucket/{obj} is "
+                                                                            "there already"]
 
 
 def test_a_run_that_never_gets_its_slices_says_why_in_one_line_before_the_deadline_ends_it(

@@ -117,7 +117,7 @@ def upload_archive(fs, bucket: str, files: Mapping[str, Path], log: Callable[[st
         if fs.exists(path):
             log(f"code archive gs://{path} is there already")
             return obj
-        fs.pipe_file(path, archive_zip(files))
+        fs.pipe_file(path, archive_zip(files), content_type="application/zip")
     except Exception as e:  # noqa: BLE001 - gcsfs raises OSError, HttpError or google.auth errors
         raise ClusterError(
             f"cannot upload the code archive to gs://{path}: {retry.reason(e)} "
