@@ -301,6 +301,10 @@ def test_a_held_stack_with_a_run_cluster_spec_is_refused(tmp_path, dev_run):
 
     with pytest.raises(ConfigError, match="rayClusterSpec.*no rayClusterSpec on a stack that holds its slices"):
         stack_outputs.load_file(write(tmp_path, {**dev_run.outputs, "rayClusterSpec": per_run_spec()}))
+    autoscaled = {**per_run_spec(), "enableInTreeAutoscaling": True}
+    with pytest.raises(ConfigError, match="a run's cluster spec: a per-run cluster has no Ray autoscaler"):
+        stack_outputs.load_file(write(tmp_path, {**dev_run.outputs, "scaleToZero": True,
+                                                 "rayClusterSpec": autoscaled}))
     with pytest.raises(ConfigError, match="rayClusterSpec='x': expected a dict"):
         stack_outputs.load_file(write(tmp_path, {**dev_run.outputs, "scaleToZero": True, "rayClusterSpec": "x"}))
 

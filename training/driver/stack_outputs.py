@@ -23,6 +23,7 @@ from core.capacity import CAPACITY_MODES
 from core.errors import ConfigError
 from core.estimates.prices import chip_price
 from core.job_spec import bucket_url
+from core.kuberay import ray_job_problems
 from core.tpu_catalogue import slice_shape
 
 Text = Annotated[StrictStr, Field(pattern=r"\S")]
@@ -96,11 +97,19 @@ class StackOutputs(BaseModel):
                 f"{bucket_url(self.bucket_name)}, the bucket runs write checkpoints to (a stack deployed before "
                 "checkpoints went straight to the bucket exports /data: run `pulumi up` to update its outputs)",
             )
-        if self.ray_cluster_spec is not None and not self.scale_to_zero:
-            raise ConfigError(
-                "rayClusterSpec", "(set)", "no rayClusterSpec on a stack that holds its slices (scaleToZero false): "
-                "its jobs run on its RayCluster"
-            )
+        if self.ray_cluster_spec is not None:
+            if not self.scale_to_zero:
+                raise ConfigError(
+                    "rayClusterSpec", "(set)", "no rayClusterSpec on a stack that holds its slices (scaleToZero "
+                    "false): its jobs run on its RayCluster"
+                )
+            # What KubeRay (and Kueue, later) would refuse in a run's RayJob, refused before one is created.
+            problems = ray_job_problems({"spec": {"rayClusterSpec": self.ray_cluster_spec,
+                                                  "shutdownAfterJobFinishes": True}})
+            if len(self.ray_cluster_spec.get("workerGroupSpecs") or []) != 1:
+                problems.append("one TPU worker group")
+            if problems:
+                raise ConfigError("rayClusterSpec", "(the stack's)", "a run's cluster spec: " + "; ".join(problems))
         if not 1 <= self.elastic_min_slices <= self.num_slices:
             raise ConfigError(
                 "elasticMinSlices", self.elastic_min_slices, f"between 1 and numSlices ({self.num_slices})"
