@@ -153,12 +153,14 @@ def _run(request: SubmitRequest, outputs, submission: Optional[Submission]) -> i
             log(note)
     if outputs is not None and outputs.scale_to_zero:
         pod_type = slice_shape(outputs.tpu_generation, outputs.topology).pod_type
+        if outputs.per_run_clusters:
+            log(f"this stack scales its TPU slices to zero: each run brings its own RayCluster, whose {pod_type} "
+                "slices take minutes to start before KubeRay submits the job")
+            return _run_on_own_cluster(request, outputs, submission, run_name, log)
         log(
             f"this cluster scales its TPU slices to zero: a run's first step waits for its {pod_type} slices to start "
             f"(minutes; Ray Train waits {COLD_START_TIMEOUT_S} s for them, then asks again)"
         )
-    if outputs is not None and outputs.per_run_clusters:
-        return _run_on_own_cluster(request, outputs, submission, run_name, log)
     started = time.monotonic()
     workers = submission.spec.slices if submission else LOCAL_WORKERS
     with job_client(request, outputs, workers, log) as client, JobsApi(client, log) as api:

@@ -25,6 +25,7 @@ import re
 import time
 import zipfile
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
@@ -63,6 +64,7 @@ SUMMARY_CHARS = 400
 """A line of events is cut here: a FailedScheduling message lists every node pool's reason."""
 
 POLL_S = 5.0
+"""Seconds between two looks at a waiting run (its RayJob, pods and events): a cold start takes minutes."""
 
 
 def ray_job_name(submission_id: str) -> str:
@@ -87,8 +89,6 @@ def _epoch(timestamp: Optional[str]) -> Optional[float]:
     """A Kubernetes timestamp (``2026-12-04T06:00:00Z``) as epoch seconds."""
     if not timestamp:
         return None
-    from datetime import datetime
-
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
@@ -128,6 +128,7 @@ def upload_archive(fs, bucket: str, files: Mapping[str, Path], log: Callable[[st
 
 
 def gcs_filesystem():
+    """``gs://`` as this machine's user reaches it (gcsfs finds the application-default credentials)."""
     import gcsfs
 
     return gcsfs.GCSFileSystem()
