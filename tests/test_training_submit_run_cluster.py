@@ -178,7 +178,14 @@ def test_the_archive_goes_to_a_gcs_bucket_through_gcsfs(tmp_path, monkeypatch):
 
 def test_a_run_that_never_gets_its_slices_says_why_in_one_line_before_the_deadline_ends_it(
         capsys, tmp_path, per_run_outputs, kube):
+    from kubernetes import client as k8s
+
     fake = kube(FakeJobsClient(log=STEPS_LOG), slices_never_come=True)
+    # Another run's pod, whose name starts like this run's RayJob: not this run's news.
+    fake.events.append(k8s.CoreV1Event(
+        metadata=k8s.V1ObjectMeta(name="other"), reason="FailedScheduling", message="another run's pod", count=1,
+        involved_object=k8s.V1ObjectReference(kind="Pod", name="maxtext-n-2-q8r4w-tpu-worker-0"),
+        last_timestamp="2026-12-04T06:59:00Z"))
     rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, per_run_outputs),
                       "--pre-running-deadline-seconds", "1200", "run_name=n")
     assert rc == 1, err
@@ -188,7 +195,7 @@ def test_a_run_that_never_gets_its_slices_says_why_in_one_line_before_the_deadli
     assert len(why) == 1 and len(ended) == 1 and why[0] < ended[0], err
     assert "s left of preRunningDeadlineSeconds=1200): FailedScheduling: 0/3 nodes are available" in lines[why[0]]
     assert "NotTriggerScaleUp: pod didn't trigger scale-up" in lines[why[0]] and "GCE quota exceeded" in lines[why[0]]
-    assert "(preRunningDeadlineSeconds=1200)" in lines[ended[0]]
+    assert "another run's pod" not in err and "(preRunningDeadlineSeconds=1200)" in lines[ended[0]]
     assert lines[ended[0] - 1].startswith("[submit] maxtext-n FAILED; its last error lines:")
     # The job never reached a Ray head; its cluster was deleted with the run.
     assert kube.holder["addresses"] == [] and fake.jobs.submitted == []

@@ -216,8 +216,9 @@ class RunClusters:
             lambda: self.core.list_namespaced_pod(self.namespace, label_selector=f"ray.io/cluster={cluster}").items,
         )
 
-    def _events(self, prefix: str) -> str:
-        """The latest word of the scheduler, the cluster autoscaler and KubeRay on the run's objects, one line."""
+    def _events(self, name: str, cluster: str) -> str:
+        """The latest word of the scheduler, the cluster autoscaler and KubeRay on the run's objects (RayJob
+        ``name``, RayCluster ``cluster`` and its pods), one line."""
         events = self._call(
             f"listing the events of namespace {self.namespace}",
             lambda: self.core.list_namespaced_event(self.namespace).items,
@@ -225,7 +226,8 @@ class RunClusters:
         # The latest message per reason, without counts: the line changes when what is said changes.
         latest: dict[str, str] = {}
         for event in sorted(events, key=lambda e: str(e.last_timestamp or e.event_time or "")):
-            if event.reason in SCHEDULING_REASONS and (event.involved_object.name or "").startswith(prefix):
+            about = event.involved_object.name or ""
+            if event.reason in SCHEDULING_REASONS and (about == name or (cluster and about.startswith(cluster))):
                 latest[event.reason] = " ".join((event.message or "").split())
         text = "; ".join(f"{reason}: {message}" for reason, message in latest.items())
         return text if len(text) <= SUMMARY_CHARS else text[:SUMMARY_CHARS - 3] + "..."
@@ -258,7 +260,7 @@ class RunClusters:
             if line != said["hosts"]:
                 self.log(line)
                 said["hosts"] = line
-            events = self._events(name)
+            events = self._events(name, cluster)
             if events and events != said["events"]:
                 left = ""
                 if deadline_s is not None:
