@@ -247,6 +247,10 @@ class FakeKubeRay:
                                  "1 in backoff after failed scale-up (out of resources: GCE quota exceeded)",
         }
         for reason, message in said.items():
+            seen = [e for e in self.events if e.reason == reason and e.involved_object.name == first]
+            if seen:  # Kubernetes counts a repeated event rather than adding one
+                seen[0].count += 1
+                continue
             self.events.append(k8s.CoreV1Event(
                 metadata=k8s.V1ObjectMeta(name=f"{first}.{len(self.events)}"), reason=reason, message=message,
                 count=1, type="Warning", involved_object=k8s.V1ObjectReference(kind="Pod", name=first),

@@ -147,8 +147,10 @@ def test_the_code_archive_is_uploaded_once_per_content(capsys, tmp_path, per_run
 
 
 def test_the_archive_goes_to_a_gcs_bucket_through_gcsfs(tmp_path, monkeypatch):
-    """The upload with the real gcsfs, against a Cloud Storage emulator on 127.0.0.1."""
-    import gcsfs
+    """The upload with the real gcsfs, against a Cloud Storage emulator on 127.0.0.1. gcsfs and google.auth read
+    part of their environment on import, before the emulator's was set: so gcsfs's plain filesystem (not its
+    extended one, which asks for the bucket's layout over gRPC), anonymous (no metadata server is looked for)."""
+    from gcsfs.core import GCSFileSystem
 
     from core import code_archive
     from tests.gcs_emulator import GcsEmulator
@@ -159,11 +161,13 @@ def test_the_archive_goes_to_a_gcs_bucket_through_gcsfs(tmp_path, monkeypatch):
     with GcsEmulator("code-bucket", tmp_path / "fake-gcs-server.log") as gcs:
         for key, value in gcs.env.items():
             monkeypatch.setenv(key, value)
-        gcsfs.GCSFileSystem.clear_instance_cache()
+        GCSFileSystem.clear_instance_cache()
         try:
-            assert run_cluster.upload_archive(run_cluster.gcs_filesystem(), "code-bucket", files, said.append) == obj
-            gcsfs.GCSFileSystem.clear_instance_cache()
-            fs = run_cluster.gcs_filesystem()
+            first = GCSFileSystem(token="anon")
+            assert run_cluster.upload_archive(first, "code-bucket", files, said.append) == obj
+            GCSFileSystem.clear_instance_cache()
+            fs = GCSFileSystem(token="anon")
+            assert fs is not first
             assert run_cluster.upload_archive(fs, "code-bucket", files, said.append) == obj
             assert gcs.objects("_code/") == [obj]
             assert fs.info(f"code-bucket/{obj}")["contentType"] == "application/zip"
@@ -171,7 +175,7 @@ def test_the_archive_goes_to_a_gcs_bucket_through_gcsfs(tmp_path, monkeypatch):
             assert sorted(zipped.namelist()) == sorted(files)
             assert zipped.read("core/kuberay.py") == files["core/kuberay.py"].read_bytes()
         finally:
-            gcsfs.GCSFileSystem.clear_instance_cache()
+            GCSFileSystem.clear_instance_cache()
     assert said == [f"uploaded the code archive to gs://code-bucket/{obj}", f"code archive gs://code-bucket/{obj} is "
                                                                             "there already"]
 
@@ -348,3 +352,30 @@ def test_a_user_who_may_not_list_rayjobs_gets_one_line_and_exit_3(capsys, tmp_pa
         "kubeconfig pointing at the stack's cluster, and may this user manage RayJobs in its namespace?"
     )
     assert fake.created == []
+
+
+def test_a_long_wait_is_said_again_with_the_time_it_took_and_the_deadline_left(per_run_outputs):
+    """Minutes on a clock that the waits move: the same news is repeated every REMIND_S, not every poll."""
+    from datetime import datetime
+
+    fake = FakeKubeRay(FakeJobsClient(), slices_never_come=True, deadline_reads=100)
+    manifest = run_cluster.run_manifest("maxtext-w", "default", per_run_spec(), 2, "python -m x", {}, 0, 3600)
+    fake.custom.create_namespaced_custom_object("ray.io", "v1", "default", "rayjobs", manifest)
+    now = [datetime.fromisoformat(FakeKubeRay.CREATED.replace("Z", "+00:00")).timestamp()]
+    said: list[str] = []
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    runs = run_cluster.RunClusters(fake.core, fake.custom, "default", said.append, sleep=sleep, poll_s=30,
+                                   clock=lambda: now[0])
+    waited = runs.wait_for_cluster("maxtext-w", deadline_s=3600)
+    assert waited.cluster is None and waited.ray_job["status"]["reason"] == "PreRunningDeadlineExceeded"
+    again = [line for line in said if "s after the RayJob started" in line]
+    # 100 reads 30 s apart: about 3000 s of waiting, said again every 300 s (not every 30 s).
+    assert 8 <= len(again) <= 10, said
+    seconds = [int(re.search(r", (\d+) s after", line).group(1)) for line in again]
+    assert all(b - a >= run_cluster.REMIND_S for a, b in zip(seconds, seconds[1:]))
+    [why] = [line for line in said if line.startswith("not scheduled yet")]
+    left = int(re.search(r"\((\d+) s left of preRunningDeadlineSeconds=3600\)", why).group(1))
+    assert 3600 - 60 <= left <= 3600

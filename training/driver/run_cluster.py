@@ -65,6 +65,8 @@ SUMMARY_CHARS = 400
 
 POLL_S = 5.0
 """Seconds between two looks at a waiting run (its RayJob, pods and events): a cold start takes minutes."""
+REMIND_S = 300
+"""A waiting run's line again after this long without news, with the time since its RayJob started."""
 
 
 def ray_job_name(submission_id: str) -> str:
@@ -147,9 +149,10 @@ class RunClusters:
     """The RayJobs of one namespace, through the Kubernetes API (``CoreV1Api``, ``CustomObjectsApi``)."""
 
     def __init__(self, core, custom, namespace: str, log: Callable[[str], None],
-                 sleep: Callable[[float], None] = time.sleep, poll_s: Optional[float] = None):
+                 sleep: Callable[[float], None] = time.sleep, poll_s: Optional[float] = None,
+                 clock: Callable[[], float] = time.time):
         self.core, self.custom, self.namespace = core, custom, namespace
-        self.log, self.sleep = log, sleep
+        self.log, self.sleep, self.clock = log, sleep, clock
         self.poll_s = POLL_S if poll_s is None else poll_s
 
     def _call(self, what: str, fn):
@@ -233,11 +236,12 @@ class RunClusters:
         return text if len(text) <= SUMMARY_CHARS else text[:SUMMARY_CHARS - 3] + "..."
 
     def wait_for_cluster(self, name: str, deadline_s: Optional[float] = None) -> Waited:
-        """Follow RayJob ``name`` until its job runs on its cluster, or the RayJob ends; a line per change.
+        """Follow RayJob ``name`` until its job runs on its cluster, or the RayJob ends.
 
-        ``deadline_s``: the RayJob's preRunningDeadlineSeconds, for the line that says how long is left."""
+        A line per change of what it waits for, and again every :data:`REMIND_S` while nothing changes.
+        ``deadline_s``: the RayJob's preRunningDeadlineSeconds, for the seconds left of it."""
         said = {"hosts": "", "events": ""}
-        started = time.monotonic()
+        said_at = self.clock()
         while True:
             job = self.read(name)
             status = job.get("status") or {}
@@ -245,11 +249,11 @@ class RunClusters:
             cluster = status.get("rayClusterName") or ""
             if deployment in FINISHED:
                 return Waited(None, job)
+            waited = self.clock() - (_epoch(status.get("startTime")) or said_at)
             if cluster:
                 pods = self._pods(cluster)
                 workers = [p for p in pods if (p.metadata.labels or {}).get("ray.io/node-type") == "worker"]
-                head = [p for p in pods if (p.metadata.labels or {}).get("ray.io/node-type") == "head"]
-                head_up = any(_ready(p) for p in head)
+                head_up = any(_ready(p) for p in pods if (p.metadata.labels or {}).get("ray.io/node-type") == "head")
                 if deployment == "Running" and head_up:
                     return Waited(cluster, job)
                 hosts = hosts_of(job["spec"]["rayClusterSpec"])
@@ -257,27 +261,25 @@ class RunClusters:
                         f"{'' if head_up else '; Ray head not ready yet'} (RayCluster {cluster})")
             else:
                 line = f"waiting for KubeRay to create the run's RayCluster (RayJob {name}: {deployment or 'new'})"
-            if line != said["hosts"]:
-                self.log(line)
-                said["hosts"] = line
+            if line != said["hosts"] or self.clock() - said_at >= REMIND_S:
+                self.log(line if line != said["hosts"] else f"{line}, {waited:.0f} s after the RayJob started")
+                said["hosts"], said_at = line, self.clock()
             events = self._events(name, cluster)
             if events and events != said["events"]:
-                left = ""
-                if deadline_s is not None:
-                    left = f" ({max(0, deadline_s - (time.monotonic() - started)):.0f} s left of " \
-                           f"preRunningDeadlineSeconds={deadline_s:.0f})"
+                left = "" if deadline_s is None else \
+                    f" ({max(0.0, deadline_s - waited):.0f} s left of preRunningDeadlineSeconds={deadline_s:.0f})"
                 self.log(f"not scheduled yet{left}: {events}")
                 said["events"] = events
             self.sleep(self.poll_s)
 
     def wait_after_job(self, name: str, cluster: str, timeout_s: float = 60) -> dict:
         """The RayJob once KubeRay has seen its job end on ``cluster``: finished, or retrying on a new cluster."""
-        deadline = time.monotonic() + timeout_s
+        deadline = self.clock() + timeout_s
         while True:
             job = self.read(name)
             status = job.get("status") or {}
             moved_on = status.get("rayClusterName") != cluster or status.get("jobDeploymentStatus") != "Running"
-            if moved_on or time.monotonic() >= deadline:
+            if moved_on or self.clock() >= deadline:
                 return job
             self.sleep(self.poll_s)
 
