@@ -379,3 +379,20 @@ def test_a_long_wait_is_said_again_with_the_time_it_took_and_the_deadline_left(p
     [why] = [line for line in said if line.startswith("not scheduled yet")]
     left = int(re.search(r"\((\d+) s left of preRunningDeadlineSeconds=3600\)", why).group(1))
     assert 3600 - 60 <= left <= 3600
+
+
+def test_a_run_whose_rayjob_was_deleted_while_it_waited_is_one_line_and_exit_3(capsys, tmp_path, per_run_outputs,
+                                                                               kube, monkeypatch):
+    fake = kube(FakeJobsClient(log=STEPS_LOG), slices_never_come=True, deadline_reads=10**6)
+    read = fake.custom.get_namespaced_custom_object
+
+    def deleted_after_a_while(group, version, namespace, plural, name):
+        if fake.reads >= 3:
+            fake.ray_jobs.pop(name, None)
+        return read(group, version, namespace, plural, name)
+
+    monkeypatch.setattr(fake.custom, "get_namespaced_custom_object", deleted_after_a_while)
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, per_run_outputs), "run_name=gone")
+    assert rc == 3 and "Traceback" not in err
+    assert err.splitlines()[-1] == ("python -m training.submit: error: RayJob default/maxtext-gone is gone: someone "
+                                    "deleted it, which stopped its run and deleted its cluster")

@@ -188,6 +188,7 @@ def _run(request: SubmitRequest, outputs, submission: Optional[Submission]) -> i
                     log_file.write(text)
                     if request.verbose:
                         sys.stdout.write(text)
+                        sys.stdout.flush()
                 progress.feed(text)
                 progress.flush()
                 status, message = api.status(sid) or "UNKNOWN", ""

@@ -192,10 +192,17 @@ class RunClusters:
         raise ClusterError(f"no RayJob in namespace {self.namespace} runs {submission_id}")
 
     def read(self, name: str) -> dict:
-        return self._call(
-            f"reading RayJob {self.namespace}/{name}",
-            lambda: self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name),
-        )
+        from kubernetes.client.exceptions import ApiException
+
+        def get():
+            try:
+                return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+            except ApiException as e:
+                if e.status == 404:
+                    raise ClusterError(f"RayJob {self.namespace}/{name} is gone: someone deleted it, which stopped "
+                                       "its run and deleted its cluster") from None
+                raise
+        return self._call(f"reading RayJob {self.namespace}/{name}", get)
 
     def create(self, manifest: dict) -> bool:
         """Create the RayJob; False if one of that name exists (a concurrent or retried submit)."""
