@@ -320,19 +320,26 @@ def test_a_held_stack_with_a_run_cluster_spec_is_refused(tmp_path, dev_run):
         stack_outputs.load_file(write(tmp_path, {**dev_run.outputs, "scaleToZero": True, "rayClusterSpec": "x"}))
 
 
-@given(st.text(alphabet=st.sampled_from("abcXYZ019_.-"), min_size=1, max_size=100))
-def test_a_rayjob_name_is_what_kuberay_accepts_and_differs_per_submission(run_name):
+@given(st.text(alphabet=st.sampled_from("abcXYZ019_.-"), min_size=1, max_size=100), st.sampled_from([1, 4]))
+def test_a_rayjob_name_is_what_kuberay_and_the_tpu_webhook_accept_and_differs_per_submission(run_name, hosts):
+    from core.naming import RAY_JOB_NAME, RAY_TPU_CLUSTER_NAME
+
+    spec = {"workerGroupSpecs": [{"numOfHosts": hosts, "replicas": 2}]}
     sid = f"maxtext-{run_name}"
-    name = run_cluster.ray_job_name(sid)
-    assert len(name) <= run_cluster.MAX_RAYJOB_NAME
-    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name), name
-    assert run_cluster.ray_job_name(sid + "-attempt-2") != name
+    name = run_cluster.ray_job_name(sid, run_cluster.max_ray_job_name(spec))
+    assert RAY_JOB_NAME.matches(name), name
+    if hosts > 1:  # the cluster KubeRay names after it, <name>-<5 random characters>, on multi-host slices
+        assert RAY_TPU_CLUSTER_NAME.matches(f"{name}-x7k2p"), name
+    assert run_cluster.ray_job_name(sid + "-attempt-2", run_cluster.max_ray_job_name(spec)) != name
 
 
 def test_a_valid_short_submission_id_is_its_own_rayjob_name():
-    assert run_cluster.ray_job_name("maxtext-llama3-8b-20261204-060000") == "maxtext-llama3-8b-20261204-060000"
+    assert run_cluster.ray_job_name("maxtext-llama3-8b-20261204-060000", 35) == "maxtext-llama3-8b-20261204-060000"
     # Two ids that would clean up to the same name keep apart.
-    assert run_cluster.ray_job_name("maxtext-Run_1") != run_cluster.ray_job_name("maxtext-run-1")
+    assert run_cluster.ray_job_name("maxtext-Run_1", 35) != run_cluster.ray_job_name("maxtext-run-1", 35)
+    # Multi-host slices: 41 characters for the cluster (GKE's TPU webhook), so 35 for its RayJob.
+    assert run_cluster.max_ray_job_name(per_run_spec()) == 35
+    assert run_cluster.max_ray_job_name({"workerGroupSpecs": [{"numOfHosts": 1}]}) == 47
 
 
 def test_a_user_who_may_not_list_rayjobs_gets_one_line_and_exit_3(capsys, tmp_path, per_run_outputs, kube,

@@ -34,15 +34,15 @@ import yaml
 from core import code_archive
 from core.errors import ConfigError
 from core.kuberay import run_ray_job
+from core.naming import RAY_CLUSTER_NAME, RAY_JOB_NAME, RAY_TPU_CLUSTER_NAME
 from training.driver import retry
 from training.driver.errors import ClusterError
 from training.driver.jobs_client import TERMINAL, RunJob, attempt_of, is_job_of
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayjobs"
 
-MAX_RAYJOB_NAME = 47
-"""KubeRay's limit on a RayJob's name (``MaxRayJobNameLength``: a RayCluster name's 53 less the 6 characters it
-appends for the job's cluster); the name must also be a DNS-1035 label (``ValidateRayJobMetadata``)."""
+CLUSTER_SUFFIX = len("-xxxxx")
+"""What KubeRay appends to a RayJob's name for the name of the job's own RayCluster (5 random characters)."""
 
 DEFAULT_PRE_RUNNING_DEADLINE_S = 1800
 """How long KubeRay lets a run wait for its cluster before it ends the RayJob (``preRunningDeadlineSeconds``):
@@ -69,13 +69,20 @@ REMIND_S = 300
 """A waiting run's line again after this long without news, with the time since its RayJob started."""
 
 
-def ray_job_name(submission_id: str) -> str:
+def max_ray_job_name(ray_cluster_spec: Mapping) -> int:
+    """The longest RayJob name whose cluster name KubeRay and, for multi-host slices, GKE's TPU webhook accept."""
+    multi_host = any(int(g.get("numOfHosts", 1)) > 1 for g in ray_cluster_spec.get("workerGroupSpecs") or [])
+    return min(RAY_JOB_NAME.max_length, (RAY_TPU_CLUSTER_NAME if multi_host else RAY_CLUSTER_NAME).max_length
+               - CLUSTER_SUFFIX)
+
+
+def ray_job_name(submission_id: str, max_length: int) -> str:
     """The RayJob of a submission: its id where that is a valid name, else a cut of it and a digest."""
+    if RAY_JOB_NAME.matches(submission_id) and len(submission_id) <= max_length:
+        return submission_id
     name = re.sub(r"[^a-z0-9-]+", "-", submission_id.lower()).strip("-")
-    if name == submission_id and len(name) <= MAX_RAYJOB_NAME:
-        return name
     digest = hashlib.sha256(submission_id.encode()).hexdigest()[:8]
-    return f"{name[:MAX_RAYJOB_NAME - 9].rstrip('-')}-{digest}"
+    return f"{name[:max_length - len(digest) - 1].rstrip('-')}-{digest}"
 
 
 def job_status(ray_job: Mapping) -> str:
@@ -334,7 +341,8 @@ def run_manifest(submission_id: str, namespace: str, ray_cluster_spec: Mapping, 
                  runtime_env: dict, backoff_limit: int, pre_running_deadline_s: int) -> dict:
     """The run's RayJob (core.kuberay.run_ray_job), named for its submission id, with ``slices`` slices."""
     return run_ray_job(
-        ray_job_name(submission_id), namespace, with_slices(ray_cluster_spec, slices),
+        ray_job_name(submission_id, max_ray_job_name(ray_cluster_spec)), namespace,
+        with_slices(ray_cluster_spec, slices),
         entrypoint=entrypoint,
         runtime_env_yaml=yaml.safe_dump(runtime_env, sort_keys=True),
         job_id=submission_id,
