@@ -287,6 +287,13 @@ def test_dashboard_forwards_to_the_running_runs_head(capsys, tmp_path, per_run_o
     assert fake.services_read == [f"{cluster}-head-svc"]
     rc, err = run_cli(capsys, "--outputs-file", outputs, "--dashboard", "--follow", "other")
     assert rc == 2 and "--follow='other': expected a run that is running" in err
+    # Two runs running: --dashboard alone cannot tell which; --follow picks one.
+    assert run_cli(capsys, "--outputs-file", outputs, "run_name=e")[0] == 130
+    rc, err = run_cli(capsys, "--outputs-file", outputs, "--dashboard")
+    assert rc == 2 and "2 runs running (maxtext-d, maxtext-e)" in err and "--follow RUN to pick one" in err
+    fake.services_read.clear()
+    assert submit.main(["--outputs-file", outputs, "--dashboard", "--follow", "d"]) == 0
+    assert fake.services_read == [f"{cluster}-head-svc"]
 
 
 @pytest.mark.parametrize(
