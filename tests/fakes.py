@@ -135,3 +135,189 @@ class FakeJobsClient:
             yield chunk
         if self.jobs.get(sid) in ("PENDING", "RUNNING"):
             self.jobs[sid] = self.final
+
+
+class FakeKubeRay:
+    """The Kubernetes API of a cluster with KubeRay and GKE's cluster autoscaler, for runs that bring their own
+    RayCluster: ``core`` (CoreV1Api: pods, events, services, port-forward) and ``custom`` (CustomObjectsApi: RayJobs).
+
+    Each read of a RayJob moves it on, as KubeRay and GKE would between two polls: KubeRay creates the RayCluster
+    (a head pod and ``replicas`` x ``numOfHosts`` TPU worker pods, all pending), the head comes up, then one TPU host
+    per read; once all are ready KubeRay posts the job to the head's Jobs API (``jobs``, a FakeJobsClient: HTTPMode)
+    and the RayJob is Running. When that job has ended, the RayJob is Complete (or Failed) and, as
+    ``shutdownAfterJobFinishes`` asks, the RayCluster and its pods are deleted. ``slices_never_come``: the worker pods
+    stay pending, the scheduler and the cluster autoscaler say why, and after ``deadline_reads`` reads KubeRay ends
+    the RayJob if it set ``preRunningDeadlineSeconds``. A failed job is retried on a new cluster while the RayJob's
+    ``backoffLimit`` allows.
+    """
+
+    CREATED = "2026-12-04T06:00:00Z"
+
+    def __init__(self, jobs: FakeJobsClient, *, slices_never_come: bool = False, deadline_reads: int = 6):
+        self.jobs = jobs
+        self.slices_never_come = slices_never_come
+        self.deadline_reads = deadline_reads
+        self.ray_jobs: dict[str, dict] = {}
+        self.created: list[dict] = []
+        """Every RayJob as it was created."""
+        self.waits: dict[str, int] = {}
+        self.pods: dict[str, k8s.V1Pod] = {}
+        self.events: list[k8s.CoreV1Event] = []
+        self.clusters: set[str] = set()
+        self.services_read: list[str] = []
+        self.reads = 0
+        self.core = _FakeCore(self)
+        self.custom = _FakeCustom(self)
+
+    def advance(self, job: dict) -> None:
+        spec, status = job["spec"], job.setdefault("status", {})
+        name = job["metadata"]["name"]
+        state = status.get("jobDeploymentStatus")
+        if state in ("Complete", "Failed"):
+            return
+        if state in (None, "", "Retrying"):
+            cluster = f"{name}-x7k2p{status.get('failed') or ''}"
+            status.update(jobDeploymentStatus="Initializing", rayClusterName=cluster, startTime=self.CREATED,
+                          jobId=spec["jobId"])
+            self.clusters.add(cluster)
+            self._pod(cluster, f"{cluster}-head", "head")
+            for group in spec["rayClusterSpec"]["workerGroupSpecs"]:
+                for host in range(group["replicas"] * group["numOfHosts"]):
+                    self._pod(cluster, f"{cluster}-{group['groupName']}-worker-{host}", "worker")
+            return
+        cluster = status["rayClusterName"]
+        if state == "Initializing":
+            self.waits[name] = self.waits.get(name, 0) + 1
+            pending = [p for p in self._pods_of(cluster) if p.status.phase == "Pending"]
+            if self.slices_never_come:
+                self._unschedulable(cluster)
+                if self.waits[name] >= self.deadline_reads and spec.get("preRunningDeadlineSeconds"):
+                    status.update(jobDeploymentStatus="Failed", reason="PreRunningDeadlineExceeded",
+                                  message=f"the RayJob did not reach Running within "
+                                          f"{spec['preRunningDeadlineSeconds']} seconds", endTime=self.CREATED)
+                    self._delete_cluster(job)
+                return
+            if pending:
+                _run(sorted(pending, key=lambda p: (p.metadata.labels["ray.io/node-type"] != "head",
+                                                    p.metadata.name))[0])
+                return
+            # Every pod is ready: KubeRay posts the job (HTTPMode).
+            self.jobs.jobs[spec["jobId"]] = "RUNNING"
+            self.jobs.submitted.append(dict(submission_id=spec["jobId"], entrypoint=spec["entrypoint"],
+                                            runtime_env_yaml=spec["runtimeEnvYAML"], cluster=cluster))
+            status.update(jobDeploymentStatus="Running", jobStatus="RUNNING")
+            return
+        ray_status = self.jobs.jobs.get(spec["jobId"], "RUNNING")
+        if ray_status == "FAILED" and (status.get("failed") or 0) < spec.get("backoffLimit", 0):
+            # A retry: a new cluster, whose Jobs API has not seen the job yet.
+            status.update(jobDeploymentStatus="Retrying", jobStatus="FAILED", failed=(status.get("failed") or 0) + 1)
+            self._delete_cluster(job, retrying=True)
+            del self.jobs.jobs[spec["jobId"]]
+            return
+        if ray_status in ("SUCCEEDED", "FAILED", "STOPPED"):
+            status.update(jobStatus=ray_status, endTime=self.CREATED,
+                          jobDeploymentStatus="Complete" if ray_status == "SUCCEEDED" else "Failed",
+                          reason="" if ray_status == "SUCCEEDED" else "AppFailed")
+            self._delete_cluster(job)
+
+    def _delete_cluster(self, job: dict, retrying: bool = False) -> None:
+        if retrying or job["spec"].get("shutdownAfterJobFinishes"):
+            cluster = job["status"]["rayClusterName"]
+            self.clusters.discard(cluster)
+            for pod_name in [n for n, p in self.pods.items() if p.metadata.labels["ray.io/cluster"] == cluster]:
+                del self.pods[pod_name]
+
+    def _pod(self, cluster: str, name: str, node_type: str) -> None:
+        self.pods[name] = k8s.V1Pod(
+            metadata=k8s.V1ObjectMeta(name=name, labels={"ray.io/cluster": cluster, "ray.io/node-type": node_type}),
+            spec=k8s.V1PodSpec(containers=[k8s.V1Container(
+                name="ray-head", ports=[k8s.V1ContainerPort(container_port=8265, name="dashboard")])]),
+            status=k8s.V1PodStatus(phase="Pending", conditions=[k8s.V1PodCondition(type="Ready", status="False")]),
+        )
+
+    def _pods_of(self, cluster: str) -> list:
+        return [p for p in self.pods.values() if p.metadata.labels["ray.io/cluster"] == cluster]
+
+    def _unschedulable(self, cluster: str) -> None:
+        first = sorted(p.metadata.name for p in self._pods_of(cluster) if "worker" in p.metadata.name)[0]
+        said = {
+            "FailedScheduling": "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. "
+                                "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.",
+            "NotTriggerScaleUp": "pod didn't trigger scale-up: 1 max node group size reached, "
+                                 "1 in backoff after failed scale-up (out of resources: GCE quota exceeded)",
+        }
+        for reason, message in said.items():
+            seen = [e for e in self.events if e.reason == reason and e.involved_object.name == first]
+            if seen:  # Kubernetes counts a repeated event rather than adding one
+                seen[0].count += 1
+                continue
+            self.events.append(k8s.CoreV1Event(
+                metadata=k8s.V1ObjectMeta(name=f"{first}.{len(self.events)}"), reason=reason, message=message,
+                count=1, type="Warning", involved_object=k8s.V1ObjectReference(kind="Pod", name=first),
+                last_timestamp=f"2026-12-04T06:{len(self.events):02d}:00Z",
+            ))
+
+
+def _run(pod: k8s.V1Pod) -> None:
+    pod.status = k8s.V1PodStatus(phase="Running", conditions=[k8s.V1PodCondition(type="Ready", status="True")])
+
+
+class _FakeCustom:
+    def __init__(self, kube: FakeKubeRay):
+        self.kube = kube
+
+    def _check(self, group, version, plural):
+        assert (group, version, plural) == ("ray.io", "v1", "rayjobs")
+
+    def create_namespaced_custom_object(self, group, version, namespace, plural, body):
+        import copy
+
+        self._check(group, version, plural)
+        name = body["metadata"]["name"]
+        if name in self.kube.ray_jobs:
+            raise k8s.ApiException(status=409, reason="AlreadyExists")
+        self.kube.created.append(copy.deepcopy(body))
+        job = copy.deepcopy(body)
+        job["metadata"]["creationTimestamp"] = FakeKubeRay.CREATED
+        self.kube.ray_jobs[name] = job
+        return job
+
+    def get_namespaced_custom_object(self, group, version, namespace, plural, name):
+        self._check(group, version, plural)
+        if name not in self.kube.ray_jobs:
+            raise k8s.ApiException(status=404, reason="Not Found")
+        self.kube.reads += 1
+        self.kube.advance(self.kube.ray_jobs[name])
+        return self.kube.ray_jobs[name]
+
+    def list_namespaced_custom_object(self, group, version, namespace, plural):
+        self._check(group, version, plural)
+        return {"items": list(self.kube.ray_jobs.values())}
+
+
+class _FakeCore:
+    api_client = None
+
+    def __init__(self, kube: FakeKubeRay):
+        self.kube = kube
+
+    def read_namespaced_service(self, name, namespace):
+        self.kube.services_read.append(name)
+        cluster = name.removesuffix("-head-svc")
+        if cluster not in self.kube.clusters:
+            raise k8s.ApiException(status=404, reason="Not Found")
+        return k8s.V1Service(spec=k8s.V1ServiceSpec(
+            selector={"ray.io/cluster": cluster, "ray.io/node-type": "head"},
+            ports=[k8s.V1ServicePort(port=8265, target_port="dashboard")],
+        ))
+
+    def list_namespaced_pod(self, namespace, label_selector):
+        wanted = dict(item.split("=") for item in label_selector.split(","))
+        return k8s.V1PodList(items=[p for p in self.kube.pods.values()
+                                    if wanted.items() <= p.metadata.labels.items()])
+
+    def list_namespaced_event(self, namespace):
+        return k8s.CoreV1EventList(items=list(self.kube.events))
+
+    def connect_get_namespaced_pod_portforward(self, *args, **kwargs):
+        raise NotImplementedError("a websocket to an API server; tests replace kubernetes.stream.portforward")

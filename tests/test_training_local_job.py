@@ -303,16 +303,15 @@ def test_a_job_that_maxtext_rejects_fails_with_its_error_lines(ray_head, tmp_pat
 
 def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head, tmp_path):
     """The RayJob's own entry point and runtime env (rendered for the CPU preset, the bucket mounted at
-    tmp_path), with the code archive built from the files MaxTextRun uploads: it runs to completion from
-    the archive alone, and `--follow` attaches to it by run name."""
-    import zipfile
-
+    tmp_path), with the code archive the submit command uploads for a run with its own cluster (the files
+    MaxTextRun uploads): it runs to completion from the archive alone, and `--follow` attaches to it by run name."""
     import yaml
 
     from components.maxtext_run import ray_job
     from core.code_archive import archive_object, digest, package_files, sha256
     from core.job_spec import build_job
     from core.presets import get_preset
+    from training.driver.run_cluster import archive_zip
 
     run = "pytest-declared"
     spec = build_job(get_preset("tiny-cpu"), base_output_directory=str(tmp_path), run_name=run, slices=2,
@@ -320,9 +319,7 @@ def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head
     files = package_files()
     archive = tmp_path / archive_object(digest(files))
     archive.parent.mkdir(parents=True)
-    with zipfile.ZipFile(archive, "w") as zipped:
-        for name, path in files.items():
-            zipped.write(path, name)
+    archive.write_bytes(archive_zip(files))
     manifest = ray_job(spec, run, "default", "local", sha256(files), mount=str(tmp_path))
     env = yaml.safe_load(manifest["spec"]["runtimeEnvYAML"])
     assert env["env_vars"]["PYTHONPATH"] == str(archive) and "py_modules" not in env

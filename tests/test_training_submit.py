@@ -15,6 +15,8 @@ import warnings
 import aiohttp
 import pytest
 import requests
+import urllib3
+from kubernetes import client as k8s_client
 
 from core.errors import ConfigError
 from core.job_spec import JobSpec, submission_id_for
@@ -233,6 +235,10 @@ RESET = requests.ConnectionError("('Connection aborted.', ConnectionResetError(1
         (RuntimeError("WebSocket connection closed unexpectedly with close code 1006"), True),
         (RuntimeError("Request failed with status code 400: Job with submission_id x already exists."), False),
         (RuntimeError("Request failed with status code 404: Job x does not exist."), False),
+        (k8s_client.ApiException(status=503, reason="Service Unavailable"), True),
+        (k8s_client.ApiException(status=429, reason="Too Many Requests"), True),
+        (k8s_client.ApiException(status=403, reason="Forbidden"), False),
+        (urllib3.exceptions.MaxRetryError(None, "/apis/ray.io/v1", "Connection refused"), True),
         (ValueError("bad address"), False),
         (KeyError("x"), False),
     ],
@@ -755,12 +761,18 @@ def test_dashboard_forwards_to_the_head_until_ctrl_c(capsys, tmp_path, dev_outpu
         requests.get(seen["url"], timeout=2)
 
 
-@pytest.mark.parametrize("argv", [["--local", "--dashboard"], ["--dashboard", "--follow", "r"], ["--dashboard", "steps=2"]])
+@pytest.mark.parametrize("argv", [["--local", "--dashboard"], ["--dashboard", "--address", "http://127.0.0.1:8265"],
+                                  ["--dashboard", "steps=2"]])
 def test_dashboard_is_only_the_forward(capsys, argv):
     with pytest.raises(SystemExit) as e:
         request.SubmitRequest.from_argv([*argv, *([] if "--local" in argv else ["--outputs-file", "o.json"])])
     assert e.value.code == 2
     assert "--dashboard opens the stack's Ray dashboard only" in capsys.readouterr().err
+
+
+def test_dashboard_of_a_run_is_for_stacks_with_a_cluster_per_run(capsys, tmp_path, dev_outputs):
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--dashboard", "--follow", "r")
+    assert (rc, err.count("\n")) == (2, 1) and "--follow='r': expected no --follow with --dashboard" in err
 
 
 def test_dashboard_without_a_head_is_one_line_and_exit_3(capsys, tmp_path, dev_outputs, monkeypatch):

@@ -6,5 +6,6 @@
 - ``port_forward``: the Ray dashboard through the Kubernetes API (never exposed).
 - ``local_ray``: a throwaway Ray head on 127.0.0.1 for the local run.
 - ``jobs_client``: the Ray Jobs API, one job per run attempt; ``retry``: transient errors.
+- ``run_cluster``: on a stack that scales to zero, each run a RayJob with its own RayCluster.
 - ``progress``: training progress read from the job's log; ``errors``: ClusterError.
 """

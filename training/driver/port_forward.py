@@ -156,3 +156,11 @@ def _core_api(context: str | None):
             "or pass --address"
         ) from None
     return client.CoreV1Api()
+
+
+def kube_apis(context: str | None):
+    """``(CoreV1Api, CustomObjectsApi)`` from the kubeconfig, sharing one connection."""
+    from kubernetes import client
+
+    core = _core_api(context)
+    return core, client.CustomObjectsApi(core.api_client)

@@ -11,6 +11,7 @@ from core.job_spec import DEFAULT_CONFIG, parse_overrides
 from core.maxtext import Value
 from core import REPO_ROOT
 from core.presets import DEFAULT_PRESET, PRESETS
+from training.driver.run_cluster import DEFAULT_PRE_RUNNING_DEADLINE_S
 
 DEFAULT_LOCAL_DIR = REPO_ROOT / "local-runs"
 """This machine's run directories: ``<dir>/<run_name>/`` holds the job's log and record and the report's figure
@@ -42,7 +43,11 @@ class SubmitRequest:
     follow: Optional[str] = None
     """Attach to this run (a declared one, or a submitted one) instead of submitting."""
     dashboard: bool = False
-    """Only forward a local port to the RayCluster's Ray dashboard, until Ctrl-C."""
+    """Only forward a local port to the RayCluster's Ray dashboard, until Ctrl-C (with ``follow``: that run's)."""
+    backoff_limit: int = 0
+    """A stack with a cluster per run: KubeRay retries a failed run this many times, each on a new cluster."""
+    pre_running_deadline_seconds: int = DEFAULT_PRE_RUNNING_DEADLINE_S
+    """A stack with a cluster per run: how long the run may wait for its cluster before KubeRay ends it."""
     overrides: dict[str, Value] = field(default_factory=dict)
 
     @property
@@ -58,9 +63,9 @@ class SubmitRequest:
             parser.error("one of --outputs-file, --stack or --local is required")
         if args.follow and args.overrides:
             parser.error("--follow attaches to a run as it is: no key=value overrides")
-        if args.dashboard and (args.local or args.address or args.follow or args.overrides):
-            parser.error("--dashboard opens the stack's Ray dashboard only: with --outputs-file or --stack, "
-                         "no --local, --address, --follow or key=value overrides")
+        if args.dashboard and (args.local or args.address or args.overrides):
+            parser.error("--dashboard opens the stack's Ray dashboard only: with --outputs-file or --stack "
+                         "(and --follow RUN for a run's own cluster), no --local, --address or key=value overrides")
         overrides = parse_overrides(args.overrides)
         if args.follow:
             overrides["run_name"] = args.follow
@@ -80,6 +85,8 @@ class SubmitRequest:
             verbose=args.verbose,
             follow=args.follow,
             dashboard=args.dashboard,
+            backoff_limit=args.backoff_limit,
+            pre_running_deadline_seconds=args.pre_running_deadline_seconds,
             overrides=overrides,
         )
 
@@ -119,7 +126,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="attach to run RUN (declared in the stack's runs, or submitted before): progress and exit status")
     p.add_argument("--dashboard", action="store_true",
                    help="forward a local port to the RayCluster's Ray dashboard, print its URL and keep the forward "
-                        "open until Ctrl-C (submits nothing)")
+                        "open until Ctrl-C (submits nothing); on a stack with a cluster per run, the running run's "
+                        "(--follow RUN picks one)")
+    p.add_argument("--backoff-limit", type=int, default=0,
+                   help="a stack that scales to zero: retries of a failed run, each on a new cluster (default 0)")
+    p.add_argument("--pre-running-deadline-seconds", type=int, default=DEFAULT_PRE_RUNNING_DEADLINE_S,
+                   help="a stack that scales to zero: seconds a run may wait for its cluster (TPU slices, Ray head) "
+                        f"before KubeRay ends it (default {DEFAULT_PRE_RUNNING_DEADLINE_S})")
     p.add_argument("--verbose", action="store_true", help="stream the job's whole log, not only progress")
     p.add_argument("overrides", nargs="*", metavar="key=value",
                    help="MaxText overrides, e.g. steps=20 (run_name=NAME follows or resumes that run)")

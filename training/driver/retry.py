@@ -1,4 +1,4 @@
-"""Transient failures of the Ray Jobs API, retried with exponential backoff.
+"""Transient failures of the Ray Jobs API (and of the Kubernetes API), retried with exponential backoff.
 
 The submit command talks to the dashboard through a Kubernetes port-forward
 (or straight to a local head). A refused or reset connection, a timeout, or a
@@ -48,6 +48,13 @@ def transient(e: BaseException) -> bool:
         return e.response is not None and e.response.status_code >= 500
     if isinstance(e, aiohttp.WSServerHandshakeError):
         return e.status >= 500
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError as TransportError
+
+    if isinstance(e, ApiException):  # the Kubernetes API (a run's RayJob, pods, events)
+        return e.status is not None and (e.status >= 500 or e.status == 429)
+    if isinstance(e, TransportError):  # the API server not reached (urllib3 under the Kubernetes client)
+        return True
     if isinstance(e, RuntimeError):
         # JobSubmissionClient turns HTTP errors into RuntimeError("Request failed with status
         # code 503: ..."), and a dropped log stream into "WebSocket connection closed unexpectedly".

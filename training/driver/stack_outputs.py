@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
@@ -23,6 +23,7 @@ from core.capacity import CAPACITY_MODES
 from core.errors import ConfigError
 from core.estimates.prices import chip_price
 from core.job_spec import bucket_url
+from core.kuberay import ray_job_problems
 from core.tpu_catalogue import slice_shape
 
 Text = Annotated[StrictStr, Field(pattern=r"\S")]
@@ -53,6 +54,14 @@ class StackOutputs(BaseModel):
     """How the slices' VMs are obtained (core.capacity): on Spot the job must expect to lose one and restart."""
     scale_to_zero: StrictBool
     """The cluster keeps no slice while idle: a job waits minutes for its slices."""
+    ray_cluster_spec: Optional[dict[str, Any]] = None
+    """The RayCluster spec every run brings (a RayJob's ``rayClusterSpec``) on a stack that scales to zero: such a
+    stack keeps no RayCluster (``training.driver.run_cluster``). None: the stack's long-lived RayCluster runs jobs."""
+
+    @property
+    def per_run_clusters(self) -> bool:
+        """Each run is a RayJob with its own RayCluster, deleted when the run ends."""
+        return self.ray_cluster_spec is not None
 
     @property
     def spot(self) -> bool:
@@ -88,6 +97,19 @@ class StackOutputs(BaseModel):
                 f"{bucket_url(self.bucket_name)}, the bucket runs write checkpoints to (a stack deployed before "
                 "checkpoints went straight to the bucket exports /data: run `pulumi up` to update its outputs)",
             )
+        if self.ray_cluster_spec is not None:
+            if not self.scale_to_zero:
+                raise ConfigError(
+                    "rayClusterSpec", "(set)", "no rayClusterSpec on a stack that holds its slices (scaleToZero "
+                    "false): its jobs run on its RayCluster"
+                )
+            # What KubeRay (and Kueue, later) would refuse in a run's RayJob, refused before one is created.
+            problems = ray_job_problems({"spec": {"rayClusterSpec": self.ray_cluster_spec,
+                                                  "shutdownAfterJobFinishes": True}})
+            if len(self.ray_cluster_spec.get("workerGroupSpecs") or []) != 1:
+                problems.append("one TPU worker group")
+            if problems:
+                raise ConfigError("rayClusterSpec", "(the stack's)", "a run's cluster spec: " + "; ".join(problems))
         if not 1 <= self.elastic_min_slices <= self.num_slices:
             raise ConfigError(
                 "elasticMinSlices", self.elastic_min_slices, f"between 1 and numSlices ({self.num_slices})"
@@ -104,7 +126,9 @@ def _kind(annotation: object) -> type:
         annotation = get_args(annotation)[0]
     if get_origin(annotation) is Literal:
         return type(get_args(annotation)[0])
-    return annotation  # type: ignore[return-value]
+    if get_origin(annotation) is Union:  # Optional[...]
+        annotation = get_args(annotation)[0]
+    return get_origin(annotation) or annotation  # type: ignore[return-value]
 
 
 _EXPECTED = {"rayDashboardPort": "a TCP port (1-65535)", "capacity": f"one of {', '.join(CAPACITY_MODES)}"}

@@ -9,13 +9,16 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
+from core import code_archive
 from core.errors import ConfigError
 from core.job_spec import (
     COMPILATION_CACHE_DIR, SHIPPED_PACKAGES, JobSpec, build_job, entrypoint, run_location, runtime_env,
 )
 from core.presets import DEFAULT_PRESET, get_preset
 from training.driver.request import REPO_ROOT, SubmitRequest
+from training.driver.run_cluster import check_backoff_limit, check_deadline
 from training.driver.stack_outputs import StackOutputs
 
 LOCAL_WORKERS = 2
@@ -33,6 +36,8 @@ class Submission:
     """Where MaxText writes the checkpoints, as the user can find them."""
     run_dir: Path
     """This machine's directory for the run: its job log (and, locally, checkpoints and metrics)."""
+    code_files: Optional[dict[str, Path]] = None
+    """A run that brings its own cluster: the code archive's files (the job imports the archive in the bucket)."""
 
 
 def unique_run_name(base: str) -> str:
@@ -74,12 +79,26 @@ def for_cluster(request: SubmitRequest, outputs: StackOutputs) -> Submission:
         spot=outputs.spot,
         compilation_cache_dir=COMPILATION_CACHE_DIR,
     )
+    code_files = None
+    if outputs.per_run_clusters:
+        # KubeRay posts the job (HTTPMode): no files of this machine's reach the cluster, the archive does.
+        check_backoff_limit(request.backoff_limit)
+        check_deadline(request.pre_running_deadline_seconds)
+        code_files = code_archive.package_files()
+        env = runtime_env(pythonpath=code_archive.archive_path(code_archive.digest(code_files)), cold_start=True)
+    elif request.backoff_limit:
+        raise ConfigError("--backoff-limit", request.backoff_limit,
+                          "0 on a stack that holds its slices (a retry on a new cluster needs a stack that scales "
+                          "to zero; on this one run the same command again to resume)")
+    else:
+        env = runtime_env(py_modules=SHIPPED, cold_start=outputs.scale_to_zero)
     return Submission(
         spec=spec,
         entrypoint=entrypoint(spec),
-        runtime_env=runtime_env(py_modules=SHIPPED, cold_start=outputs.scale_to_zero),
+        runtime_env=env,
         checkpoints=run_location(spec, "checkpoints", outputs.bucket_name),
         run_dir=out_dir / spec.run_name,
+        code_files=code_files,
     )
 
 
