@@ -29,7 +29,6 @@ import json
 from pathlib import Path
 
 from ray.cluster_utils import AutoscalingCluster
-from ray.util.state import list_nodes
 
 from training.driver.local_ray import LocalRayHead
 
@@ -96,7 +95,7 @@ class _AutoscalingHead(LocalRayHead):
 class LocalAutoscalingCluster(AutoscalingCluster):
     """``with LocalAutoscalingCluster(worker_node_types, log_path=...) as cluster:`` a head with no CPU for
     work and no worker nodes; the autoscaler (v1) adds nodes of ``worker_node_types`` for what waits for
-    resources and removes them after ``idle_timeout_minutes`` idle. ``cluster.address`` is the dashboard's."""
+    resources and removes them after ``idle_timeout_minutes`` idle. ``cluster.head`` is its LocalRayHead."""
 
     def __init__(self, worker_node_types: dict, log_path: Path, idle_timeout_minutes: float = 0.1):
         # v1, the autoscaler the project's RayCluster runs (Ray 2.60's v2 enforces the JaxTrainer's
@@ -121,8 +120,9 @@ class LocalAutoscalingCluster(AutoscalingCluster):
         return {**config, **config_kwargs}
 
     @property
-    def address(self) -> str:
-        return self._head.address
+    def head(self) -> LocalRayHead:
+        """The head: its ``address``, and the token a client sends (``head.jobs()``, ``head.state()``)."""
+        return self._head
 
     def start(self) -> None:
         self._head.__enter__()
@@ -146,5 +146,5 @@ class LocalAutoscalingCluster(AutoscalingCluster):
     def worker_nodes(self, state: str | None = None) -> list:
         """The worker nodes (state API records) in ``state`` (ALIVE, DEAD), or in any state (None)."""
         # Filtered here: the state API counts a server-side filter's misses as truncated output and raises.
-        nodes = list_nodes(address=self.address, limit=1000)
+        nodes = self._head.state("nodes", limit=1000)
         return [n for n in nodes if not n.is_head_node and state in (None, n.state)]

@@ -18,8 +18,7 @@ import re
 import time
 
 import pytest
-from ray.job_submission import JobStatus, JobSubmissionClient
-from ray.util.state import list_actors
+from ray.job_submission import JobStatus
 
 from core.job_spec import COLD_START_TIMEOUT_S, submission_id_for
 from training import submit
@@ -47,12 +46,14 @@ def cluster(tmp_path):
         yield c
 
 
-def _submit_cold_start(address: str, out, monkeypatch) -> tuple[int, str]:
+def _submit_cold_start(head, out, monkeypatch) -> tuple[int, str]:
     """The submit command, in this process, building its job with the cold-start runtime env."""
     monkeypatch.setattr(submit, "for_local", functools.partial(for_local, cold_start=True))
+    for name, value in head.address_env.items():
+        monkeypatch.setenv(name, value)
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        rc = submit.main(["--local", "--address", address, "--output-dir", str(out), f"run_name={RUN}"])
+        rc = submit.main(["--local", "--address", head.address, "--output-dir", str(out), f"run_name={RUN}"])
     return rc, err.getvalue()
 
 
@@ -68,9 +69,9 @@ def test_the_autoscaler_starts_a_node_per_worker_for_the_job_and_removes_them_on
 ):
     assert cluster.worker_nodes() == []  # none alive, none ever
 
-    rc, err = _submit_cold_start(cluster.address, tmp_path, monkeypatch)
+    rc, err = _submit_cold_start(cluster.head, tmp_path, monkeypatch)
     assert rc == 0, err
-    client = JobSubmissionClient(cluster.address)
+    client = cluster.head.jobs()
     sid = submission_id_for(RUN)
     assert client.get_job_status(sid) == JobStatus.SUCCEEDED
     env_vars = client.get_job_info(sid).runtime_env["env_vars"]
@@ -83,7 +84,7 @@ def test_the_autoscaler_starts_a_node_per_worker_for_the_job_and_removes_them_on
     launched = cluster.worker_nodes()
     assert len(launched) == LOCAL_WORKERS, launched
     assert all(n.node_id.startswith(FAKE_NODE_ID_PREFIX) and n.node_ip == "127.0.0.1" for n in launched), launched
-    workers = [a for a in list_actors(address=cluster.address, limit=1000) if a.class_name == "RayTrainWorker"]
+    workers = [a for a in cluster.head.state("actors", limit=1000) if a.class_name == "RayTrainWorker"]
     assert sorted(a.node_id for a in workers) == sorted(n.node_id for n in launched)
 
     assert _wait_for_no_alive_workers(cluster) == []

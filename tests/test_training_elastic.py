@@ -24,7 +24,7 @@ RUN = "pytest-elastic-kill"
 def drill(tmp_path_factory):
     out = tmp_path_factory.mktemp("elastic")
     with LocalRayHead(num_cpus=2, log_path=out / "ray-head.log") as head:
-        yield kill_a_worker(head.address, out, RUN, steps=STEPS, checkpoint_period=PERIOD, rank=0)
+        yield kill_a_worker(head, out, RUN, steps=STEPS, checkpoint_period=PERIOD, rank=0)
 
 
 def test_the_job_succeeds_with_all_the_steps(drill):
