@@ -127,8 +127,9 @@ def test_the_submit_client_sends_the_token_on_every_call_and_on_the_log_stream(h
         with pytest.raises(ClusterError) as e:
             api.follow("streamed", text.append)
     assert str(e.value) == (
-        "following the log of streamed: the Ray cluster now refuses the submit command's token (HTTP 401): was the "
-        "RayCluster recreated with a new one?; the job keeps running: run the same command again to follow it"
+        "following the log of streamed: the Ray cluster now refuses the submit command's token (HTTP 401): the "
+        "RayCluster may have been recreated with a new one; the job keeps running: run the same command again to "
+        "follow it"
     )
 
 
@@ -222,3 +223,15 @@ def test_a_secret_that_cannot_give_the_token_is_one_clear_line(head, kube, secre
     assert "\n" not in text and CALLERS_TOKEN not in text and head.token not in text
     port = text.split("http://127.0.0.1:")[1].split(" ")[0] if "http://127.0.0.1:" in text else "PORT"
     assert text == message.replace("PORT", port)
+
+
+def test_the_local_run_starts_its_own_head_with_token_auth_and_connects_with_its_token(tmp_path, monkeypatch):
+    """``--local`` without ``--address`` (the embedded default), short of running MaxText."""
+    monkeypatch.setenv(ray_auth.ADDRESS_TOKEN_ENV, CALLERS_TOKEN)  # the caller's, for some other cluster
+    lines: list[str] = []
+    with submit.job_client(SubmitRequest(local=True, output_dir=tmp_path), None, 1, lines.append) as client:
+        assert client.list_jobs() == []
+        address = client.get_address()
+        assert requests.get(f"{address}/api/jobs/", timeout=30).status_code == 401
+        assert requests.get(f"{address}/api/jobs/", headers=ray_auth.bearer(CALLERS_TOKEN), timeout=30).status_code == 403
+    assert lines == [f"started a local Ray head: {address} (stopped when this command ends)"]

@@ -143,8 +143,8 @@ class JobsApi:
             if status is not None:
                 # The token was accepted when the client connected (its version check needs it too).
                 raise ClusterError(
-                    f"{what}: the Ray cluster now refuses the submit command's token (HTTP {status}): was the "
-                    "RayCluster recreated with a new one?"
+                    f"{what}: the Ray cluster now refuses the submit command's token (HTTP {status}): the RayCluster "
+                    "may have been recreated with a new one"
                 ) from None
             raise ClusterError(f"{what}: {retry.reason(e)}") from None
 
