@@ -16,11 +16,11 @@ from components.gcs_workload_identity import GcsWorkloadIdentity, GcsWorkloadIde
 from components.gke_cluster import GkeRayCluster, GkeRayClusterArgs
 from components.maxtext_run import MaxTextRun
 from components.ray_manifests import DASHBOARD_PORT
-from components.ray_tpu_cluster import RayTpuCluster
+from components.ray_tpu_cluster import RayTpuCluster, served_kuberay
 from components.tpu_slice_node_pool import TpuSliceNodePool, TpuSliceNodePoolArgs
 from core.job_spec import bucket_url
 from stack.component_keys import config_keys
-from stack.config import parse_stack_config, raw_pulumi_config
+from stack.config import config_key, parse_stack_config, raw_pulumi_config
 from stack.preflight import check_declared_runs, check_idle_cost, check_planned_run, check_ray_image
 
 cfg = parse_stack_config(raw_pulumi_config())
@@ -110,8 +110,14 @@ with config_keys(cfg):
 
     # The pods run as the identity's service account and mount its bucket: RayTpuCluster waits for both through them.
     # The node pools are no input of it (Autopilot has none), so it waits for them explicitly.
+    # An existing cluster's KubeRay may be too old to keep token auth: read its CRD now, at preview too.
+    served = [
+        served_kuberay("served-raycluster-crd", cfg.existing_cluster_name, config_key("existing_cluster_name"),
+                       pulumi.ResourceOptions(provider=cluster.provider))
+    ] if cfg.existing_cluster_name else []
     ray = RayTpuCluster(
-        "ray", cfg.ray_cluster_args(storage), opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=slices)
+        "ray", cfg.ray_cluster_args(storage),
+        opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=slices + served),
     )
 
     # Each run (its RayJob and its code archive) waits for the RayCluster through its name.

@@ -46,11 +46,9 @@ as; stating it lets the kubelet enforce ``runAsNonRoot`` whatever the image's ``
 PROMETHEUS_NAMESPACES = ("gmp-system", "gke-gmp-system")
 """Where Managed Service for Prometheus' collectors run (self-deployed and GKE-managed collection)."""
 OPERATOR_NAMESPACES = ("kube-system",)
-"""Where the GKE-hosted KubeRay operator's calls to a head's Jobs API come from. Unconfirmed: no Google page
-says where the add-on's operator runs. In-cluster operators (KubeRay's Helm chart) are matched by their pod
-label instead (:data:`OPERATOR_POD_LABELS`). docs/security.md says what to add if runs stay unsubmitted."""
-OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "kuberay-operator"}
-"""The label KubeRay's Helm chart gives the operator's pods, in whatever namespace they run."""
+"""Where the GKE-hosted KubeRay operator's calls to a head's Jobs API are admitted from. Unconfirmed: no Google
+page says where the add-on's operator runs or how it reaches a head. Not a pod label in any namespace: anyone
+who may create a pod anywhere could wear it. docs/security.md says what to add if runs stay unsubmitted."""
 NETDEV_DEVICE_CLASS = "netdev.google.com"
 FILE_CACHE_MB = 4096
 """The mount's file cache, on the node's boot disk (the sidecar's cache volume). Bounded: with
@@ -199,12 +197,9 @@ def network_policy(spec: "RayClusterSpec") -> dict:
     prometheus = {"namespaceSelector": {"matchExpressions": [
         {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(PROMETHEUS_NAMESPACES)}
     ]}}
-    operator = [
-        {"namespaceSelector": {"matchExpressions": [
-            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(OPERATOR_NAMESPACES)}
-        ]}},
-        {"namespaceSelector": {}, "podSelector": {"matchLabels": dict(OPERATOR_POD_LABELS)}},
-    ]
+    operator = {"namespaceSelector": {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(OPERATOR_NAMESPACES)}
+    ]}}
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -217,7 +212,7 @@ def network_policy(spec: "RayClusterSpec") -> dict:
                 {"from": [prometheus], "ports": [
                     {"protocol": "TCP", "port": port} for port in (HEAD_METRICS_EXPORT_PORT, WORKER_METRICS_EXPORT_PORT)
                 ]},
-                {"from": operator, "ports": [{"protocol": "TCP", "port": DASHBOARD_PORT}]},
+                {"from": [operator], "ports": [{"protocol": "TCP", "port": DASHBOARD_PORT}]},
             ],
         },
     }

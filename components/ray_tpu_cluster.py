@@ -24,7 +24,7 @@ from components.ray_manifests import (
 )
 from core.capacity import DEFAULT_CAPACITY, check_autopilot_capacity, check_mode, scale_to_zero_for
 from core.errors import ConfigError
-from core.kuberay import RAY_VERSION
+from core.kuberay import MIN_KUBERAY_AUTH, RAY_VERSION, RAYCLUSTER_CRD, served_crd_problems
 from core.naming import DNS_LABEL, DNS_SUBDOMAIN, RAY_CLUSTER_NAME, RAY_TPU_CLUSTER_NAME
 from core.tpu_catalogue import DEFAULT_GENERATION, DEFAULT_TOPOLOGY, slice_shape
 
@@ -229,3 +229,31 @@ class RayTpuCluster(pulumi.ComponentResource):
         self.register_outputs(
             {"rayClusterName": self.ray_cluster_name, "headService": self.head_service, "dashboardPort": self.dashboard_port}
         )
+
+
+def served_kuberay(
+    name: str, cluster_name: str, key: str, opts: pulumi.ResourceOptions
+) -> pulumi.Output[pulumi.Resource]:
+    """Read the RayCluster CRD an existing cluster serves (``pulumi preview`` reads it too) and fail unless its
+    KubeRay keeps what a RayTpuCluster declares: token auth (>= 1.5.1) and the workers' DCN claim (>= 1.4).
+
+    Pass the result in the RayTpuCluster's ``depends_on``: its RayCluster is then not created on a cluster
+    that would drop those fields and run it open. Only for a cluster that exists before the stack runs; a
+    new cluster serves the CRD only once the add-on has installed it, which the submit command checks.
+    """
+    crd = k8s.apiextensions.v1.CustomResourceDefinition.get(name, RAYCLUSTER_CRD, opts=opts)
+
+    def check(spec) -> pulumi.Resource:
+        # The SDK's output types key their own fields in snake_case; of those the check reads only the schema's.
+        versions = [{**v, "schema": {"openAPIV3Schema": (v.get("schema") or {}).get("open_apiv3_schema") or {}}}
+                    for v in spec.get("versions") or []]
+        problems = served_crd_problems({"spec": {"versions": versions}})
+        if problems:
+            raise ConfigError(
+                key, cluster_name,
+                f"a cluster whose Ray operator add-on runs KubeRay >= {MIN_KUBERAY_AUTH}: its {RAYCLUSTER_CRD} CRD "
+                + "; it ".join(problems),
+            )
+        return crd
+
+    return crd.spec.apply(check)

@@ -71,6 +71,22 @@ def supports_token_auth(crd: Mapping) -> bool:
     return "token" in (((auth.get("properties") or {}).get("mode") or {}).get("enum") or ())
 
 
+def served_crd_problems(crd: Mapping) -> list[str]:
+    """What a served RayCluster CRD would silently drop of what the stack declares; empty: nothing."""
+    problems = []
+    if not supports_flat_resource_claims(crd):
+        problems.append(
+            f"has no resourceClaims[].resourceClaimTemplateName, so its KubeRay is older than {MIN_KUBERAY} and "
+            "the TPU workers get no DCN NICs"
+        )
+    if not supports_token_auth(crd):
+        problems.append(
+            f"has no authOptions, so its KubeRay is older than {MIN_KUBERAY_AUTH} and drops the token auth the "
+            "stack declares: its Ray clusters accept jobs from any pod"
+        )
+    return problems
+
+
 def auth_secret_name(cluster_name: str) -> str:
     """The Secret KubeRay makes for a RayCluster with ``authOptions.mode: token`` and no ``secretName``.
 

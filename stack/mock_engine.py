@@ -22,6 +22,7 @@ import pulumi
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 from pulumi.runtime import config as runtime_config
+from pulumi.runtime.settings import SETTINGS
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
@@ -105,6 +106,19 @@ def mock_existing_cluster(name: str, location: str, project: str, **changes: Any
     }
 
 
+def mock_raycluster_crd() -> dict:
+    """The spec of the ``rayclusters.ray.io`` CRD an existing cluster serves, cut to the fields the stack checks
+    (a KubeRay >= 1.5.1 one: the workers' resourceClaimTemplateName and authOptions)."""
+    pod = {"properties": {"resourceClaims": {"items": {"properties": {"resourceClaimTemplateName": {"type": "string"}}}}}}
+    spec = {
+        "workerGroupSpecs": {"items": {"properties": {"template": {"properties": {"spec": pod}}}}},
+        "authOptions": {"properties": {"mode": {"type": "string", "enum": ["disabled", "token"]}}},
+    }
+    schema = {"openAPIV3Schema": {"properties": {"spec": {"properties": spec}}}}
+    return {"group": "ray.io", "names": {"kind": "RayCluster", "plural": "rayclusters"},
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema}]}
+
+
 @dataclass
 class MockGke:
     """What GKE answers in the mock engine: the versions per channel, and existing clusters' settings."""
@@ -112,6 +126,8 @@ class MockGke:
     channel_versions: Mapping[str, list[str]] = field(default_factory=lambda: MOCK_CHANNEL_VERSIONS)
     cluster_changes: Mapping[str, Any] = field(default_factory=dict)
     """Fields of ``mock_existing_cluster`` to change (a cluster without Dataplane V2, say)."""
+    served_raycluster_crd: Mapping[str, Any] = field(default_factory=mock_raycluster_crd)
+    """The spec of the RayCluster CRD an existing cluster serves (read at preview)."""
     existing_state: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Outputs, by resource type, that differ from the inputs because the resource already exists
     (a bucket created flat before the stack asked for a hierarchical namespace, say)."""
@@ -136,6 +152,8 @@ class _StackMocks(pulumi.runtime.Mocks):
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         outputs = dict(args.inputs)
+        if args.typ == "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition" and args.resource_id:
+            return args.resource_id, {"metadata": {"name": args.resource_id}, "spec": dict(self.gke.served_raycluster_crd)}
         if args.typ == "gcp:container/cluster:Cluster":
             if args.resource_id:  # Cluster.get: a cluster this stack reads, named by its ID
                 _, project, _, location, _, name = args.resource_id.split("/")
@@ -250,6 +268,10 @@ def _run_in_fresh_context(
         mocks, project=project, stack=stack, preview=preview, monitor=_RecordingMonitor(mocks), logger=logger
     )
     runtime_config.set_all_config(config)
+    # What an earlier run left behind, as pulumi.runtime.test clears it: the outputs a failed run never
+    # awaited would otherwise fail this one.
+    SETTINGS.rpc_manager.clear()
+    SETTINGS.outputs.clear()
     try:
         _sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
     finally:

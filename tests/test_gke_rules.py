@@ -324,7 +324,7 @@ def test_the_served_crd_tells_a_kuberay_that_keeps_the_dcn_claim():
     notes: list[str] = []
     check_kuberay(FakeExtensions(json.loads(RAYCLUSTER_CRD.read_text())), notes.append)
     assert notes == []
-    with pytest.raises(ClusterError, match="older than 1.4.0 and the TPU workers got no DCN NICs"):
+    with pytest.raises(ClusterError, match="older than 1.4.0 and the TPU workers get no DCN NICs"):
         check_kuberay(FakeExtensions(kuberay_13_crd()), notes.append)
     with pytest.raises(ClusterError, match="no rayclusters.ray.io CRD: is GKE's Ray operator add-on enabled"):
         check_kuberay(FakeExtensions(status=404), notes.append)

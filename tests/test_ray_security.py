@@ -19,8 +19,10 @@ from components.ray_manifests import (
 from components.ray_tpu_cluster import DEFAULT_IMAGE
 from core.kuberay import RAY_VERSION, has_token_auth
 from stack import preview
+from stack.mock_engine import MockGke, OfflineRun, run_offline
 from tests.conftest import with_keys
-from tests.schemas import validate_core, validate_ray_cluster, validate_ray_job
+from tests.schemas import RAYCLUSTER_CRD as RAYCLUSTER_CRD_FILE, validate_core, validate_ray_cluster, validate_ray_job
+from tests.test_gke_rules import kuberay_15_crd
 from tests.test_stack_dev import RAYCLUSTER, RAYJOB
 
 NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
@@ -135,10 +137,10 @@ def test_in_every_mode_a_network_policy_guards_every_ray_pod_and_admits_only_wha
     (policy_resource,) = mode_run.of_type(NETWORK_POLICY)
     policy = policy_resource.inputs
     validate_core(policy)  # the Kubernetes schema, strict
-    (cluster,) = mode_run.of_type(RAYCLUSTER)
-    assert policy_resource.urn in [*cluster.dependencies]  # in place before any Ray pod starts
     namespace = policy["metadata"]["namespace"]
-    assert namespace == cluster.inputs["metadata"]["namespace"]
+    assert namespace == mode_run.outputs["namespace"]
+    for cluster in mode_run.of_type(RAYCLUSTER):  # none on a stack whose every run brings its own
+        assert policy_resource.urn in cluster.dependencies  # in place before any Ray pod starts
     for spec in ray_cluster_specs(mode_run):
         for _, template in templates(spec):
             labels = template["metadata"]["labels"]
@@ -154,9 +156,9 @@ def test_in_every_mode_a_network_policy_guards_every_ray_pod_and_admits_only_wha
                 metrics = port in (HEAD_METRICS_EXPORT_PORT, WORKER_METRICS_EXPORT_PORT)
                 assert admits(policy, ray_pod, "gmp-system", {"app": "collector"}, port) is metrics
                 assert admits(policy, ray_pod, "gke-gmp-system", {"app": "collector"}, port) is metrics
-                operator = {"app.kubernetes.io/name": "kuberay-operator"}
-                assert admits(policy, ray_pod, "ray-system", operator, port) is (port == DASHBOARD_PORT)
                 assert admits(policy, ray_pod, "kube-system", {}, port) is (port == DASHBOARD_PORT)
+                # Not a pod that wears an operator's label elsewhere: anyone could create one.
+                assert not admits(policy, ray_pod, "tenant-b", {"app.kubernetes.io/name": "kuberay-operator"}, port)
 
 
 def test_the_policy_evaluator_can_tell_an_open_policy_from_a_closed_one(dev_run):
@@ -214,3 +216,27 @@ def test_a_moving_image_tag_gets_a_warning_at_preview_and_a_pinned_one_none(dev_
     path.write_text(yaml.safe_dump({"config": config}))
     assert preview.main(["--config-file", str(path), "--section", "training"]) == 0
     assert f"warning: gke-ray-tpu:rayImage {moving} is a moving tag" in capsys.readouterr().out
+
+
+def test_an_existing_clusters_kuberay_is_read_at_preview_and_one_that_would_drop_token_auth_is_refused(dev_config, run_stack):
+    existing = {"existingClusterName": "shared-gke", "existingClusterLocation": "us-east5-b"}
+    crd = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition::served-raycluster-crd"
+    (cluster,) = run_stack(**existing).of_type(RAYCLUSTER)
+    # KubeRay's published CRD, read through the SDK's output types, passes as well as the mock's.
+    published = json.loads(RAYCLUSTER_CRD_FILE.read_text())["spec"]
+    run_offline(with_keys(dev_config, **existing), run=OfflineRun(), gke=MockGke(served_raycluster_crd=published))
+    # The CRD is read (a read, not a resource the stack owns), and the RayCluster waits for its check.
+    assert [urn for urn in cluster.dependencies if urn.endswith(crd)]
+    (new_cluster,) = run_stack().of_type(RAYCLUSTER)
+    assert not [urn for urn in new_cluster.dependencies if urn.endswith(crd)]  # a new cluster has no CRD yet
+
+    old = OfflineRun()
+    with pytest.raises(ValueError, match=(
+        r"invalid config gke-ray-tpu:existingClusterName='shared-gke': expected a cluster whose Ray operator "
+        r"add-on runs KubeRay >= 1\.5\.1: its rayclusters\.ray\.io CRD has no authOptions, so its KubeRay is older "
+        r"than 1\.5\.1 and drops the token auth the stack declares: its Ray clusters accept jobs from any pod"
+    )):
+        run_offline(with_keys(dev_config, **existing), run=old, gke=MockGke(served_raycluster_crd=kuberay_15_crd()["spec"]))
+    assert old.of_type(RAYCLUSTER) == []  # never created open
+    # The failed run's unawaited outputs do not leak into the next run in this process.
+    assert run_offline(dev_config).of_type(RAYCLUSTER)

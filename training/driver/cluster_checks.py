@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from core.kuberay import MIN_KUBERAY, MIN_KUBERAY_AUTH, RAYCLUSTER_CRD, supports_flat_resource_claims, supports_token_auth
+from core.kuberay import MIN_KUBERAY_AUTH, RAYCLUSTER_CRD, served_crd_problems
 from training.driver.errors import ClusterError
 
 
@@ -27,16 +27,9 @@ def check_kuberay(extensions_api, log: Callable[[str], None]) -> None:
         if e.status == 404:
             raise ClusterError(f"the cluster serves no {RAYCLUSTER_CRD} CRD: is GKE's Ray operator add-on enabled?") from None
         raise ClusterError(f"cannot read the {RAYCLUSTER_CRD} CRD ({e.status} {e.reason})") from None
-    crd = ApiClient().sanitize_for_serialization(crd)
-    if not supports_flat_resource_claims(crd):
+    problems = served_crd_problems(ApiClient().sanitize_for_serialization(crd))
+    if problems:
         raise ClusterError(
-            f"the cluster's {RAYCLUSTER_CRD} CRD has no resourceClaims[].resourceClaimTemplateName, so its KubeRay is "
-            f"older than {MIN_KUBERAY} and the TPU workers got no DCN NICs; upgrade the cluster to a GKE version "
-            "whose Ray operator add-on runs KubeRay >= 1.4"
-        )
-    if not supports_token_auth(crd):
-        raise ClusterError(
-            f"the cluster's {RAYCLUSTER_CRD} CRD has no authOptions, so its KubeRay is older than {MIN_KUBERAY_AUTH} "
-            "and dropped the token auth the stack declares: its Ray clusters accept jobs from any pod. Upgrade the "
-            f"cluster to a GKE version whose Ray operator add-on runs KubeRay >= {MIN_KUBERAY_AUTH}"
+            f"the cluster's {RAYCLUSTER_CRD} CRD " + "; it ".join(problems) + ". Upgrade the cluster to a GKE "
+            f"version whose Ray operator add-on runs KubeRay >= {MIN_KUBERAY_AUTH}"
         )
