@@ -74,12 +74,12 @@ def main() -> int:
             d = _lose_a_slice(out, args)
         elif args.lose == "worker":
             with LocalRayHead(num_cpus=2, log_path=out / "ray-head.log") as head:
-                d = kill_a_worker(head.address, out, "bench-elastic", rank=args.rank, **drill)
+                d = kill_a_worker(head, out, "bench-elastic", rank=args.rank, **drill)
         else:
             # A head other nodes join: Ray gives it (and the node) the machine's outward address.
             with LocalRayHead(num_cpus=1, log_path=out / "ray-head.log", multi_node=True) as head, \
                     LocalRayNode(head, num_cpus=1, log_path=out / "ray-node.log") as node:
-                d = kill_a_worker(head.address, out, "bench-elastic", rank=None, node=node, **drill)
+                d = kill_a_worker(head, out, "bench-elastic", rank=None, node=node, **drill)
     if d.status != "SUCCEEDED":
         print(f"job {d.status} (submit exit {d.returncode}):\n{d.stderr}", file=sys.stderr)
         return 1

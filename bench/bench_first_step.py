@@ -198,14 +198,13 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=2, help="runs of the same shape (the first is cold)")
     args = parser.parse_args()
-    from ray.job_submission import JobSubmissionClient
 
     with tempfile.TemporaryDirectory(prefix="bench-first-step-") as tmp:
         out = Path(tmp)
         started = time.monotonic()
         with LocalRayHead(num_cpus=2, log_path=out / "ray-head.log") as head:
             head_s = time.monotonic() - started
-            client = JobSubmissionClient(head.address)
+            client = head.jobs()
             runs = [one_run(client, out, f"bench-first-{n}") for n in range(args.runs)]
     print(f"local Ray head start: {head_s:.1f} s (once per `--local` command)")
     names = ["packaged + uploaded", "job up", "workers ready", "model ready", "compiled", "first step"]

@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 
 from core.job_spec import bucket_url, submission_id_for
-from training.driver.local_ray import LocalRayNode
+from training.driver.local_ray import LocalRayHead, LocalRayNode
 from training.driver.progress import WORKER_PID, Progress
 from training.driver.timeline import ABSL_TIME
 from tests.conftest import REPO_ROOT
@@ -175,25 +175,19 @@ def committed_checkpoints(directory: Path) -> list[int]:
     return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
 
 
-def alive_train_worker_pids(address: str) -> set[int]:
-    from ray.util.state import list_actors
-
-    actors = list_actors(
-        address=address, filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")], timeout=30
-    )
+def alive_train_worker_pids(head: LocalRayHead) -> set[int]:
+    actors = head.state("actors", filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")], timeout=30)
     return {a.pid for a in actors}
 
 
-def kill_a_worker(address: str, out_dir: Path, run_name: str, steps: int, checkpoint_period: int,
+def kill_a_worker(head: LocalRayHead, out_dir: Path, run_name: str, steps: int, checkpoint_period: int,
                   rank: int | None = 0, node: LocalRayNode | None = None, timeout_s: float = 480,
                   storage=None) -> Drill:
     """``storage``: a ``tests.gcs_emulator.GcsEmulator`` the run writes to (the head must have its ``env``)."""
-    from ray.job_submission import JobSubmissionClient
-
-    client = JobSubmissionClient(address)
+    client = head.jobs()
     sid = submission_id_for(run_name)
     err_path = out_dir / f"{run_name}.submit.err"
-    written, env = [], dict(os.environ)
+    written, env = [], {**os.environ, **head.address_env}
     if storage is not None:
         written, env = [f"base_output_directory={bucket_url(storage.bucket)}/"], {**env, **storage.env}
         output_dir = f"{bucket_url(storage.bucket)}/{run_name}"
@@ -206,7 +200,7 @@ def kill_a_worker(address: str, out_dir: Path, run_name: str, steps: int, checkp
     deadline = started + timeout_s
     with open(err_path, "w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "training.submit", "--local", "--elastic", "--address", address,
+            [sys.executable, "-m", "training.submit", "--local", "--elastic", "--address", head.address,
              "--output-dir", str(out_dir), f"steps={steps}", f"checkpoint_period={checkpoint_period}",
              *PACED_MODEL, *written, f"run_name={run_name}"],
             cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=err, text=True, env=env,
@@ -225,7 +219,7 @@ def kill_a_worker(address: str, out_dir: Path, run_name: str, steps: int, checkp
                     pid, rank = node.proc.pid, None
                 else:
                     pid = {r: p for p, r in progress.groups[-1].ranks.items()}[rank]
-                    alive = alive_train_worker_pids(address)
+                    alive = alive_train_worker_pids(head)
                     assert pid in alive, (pid, alive)
                 continue
             if held is not None:

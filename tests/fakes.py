@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import base64
+
 from kubernetes import client as k8s
 
 
 class FakeCoreV1:
-    """The two CoreV1Api calls PortForward makes, for a RayCluster head service ``head-svc``."""
+    """The CoreV1Api calls of the submit path, for a RayCluster ``c`` and its head service ``head-svc``.
 
-    def __init__(self, pods, target_port=8265):
+    ``secrets``: name -> data (plain text values; served base64-encoded, as the
+    API server does), or an int: that status for reading it (403: not allowed).
+    """
+
+    api_client = None
+    """What the submit path builds its other Kubernetes APIs from: ApiextensionsV1Api(None) makes its own, offline."""
+
+    def __init__(self, pods, target_port=8265, secrets=None):
         self.pods = pods
         self.target_port = target_port
+        self.secrets = dict(secrets or {})
+        self.secret_reads: list[tuple[str, str]] = []
 
     def read_namespaced_service(self, name, namespace):
         if name != "head-svc":
@@ -19,6 +30,13 @@ class FakeCoreV1:
             selector={"ray.io/node-type": "head", "ray.io/cluster": "c"},
             ports=[k8s.V1ServicePort(port=6379), k8s.V1ServicePort(port=8265, target_port=self.target_port)],
         ))
+
+    def read_namespaced_secret(self, name, namespace):
+        self.secret_reads.append((namespace, name))
+        found = self.secrets.get(name, 404)
+        if isinstance(found, int):
+            raise k8s.ApiException(status=found, reason={403: "Forbidden", 404: "Not Found"}.get(found, "Error"))
+        return k8s.V1Secret(data={k: base64.b64encode(v.encode()).decode() for k, v in found.items()})
 
     def list_namespaced_pod(self, namespace, label_selector):
         assert label_selector == "ray.io/cluster=c,ray.io/node-type=head"

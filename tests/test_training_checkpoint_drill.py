@@ -31,7 +31,7 @@ def drill(tmp_path_factory):
     out = tmp_path_factory.mktemp("torn")
     with GcsEmulator(BUCKET, out / "fake-gcs-server.log", hold_commit_of=HELD) as gcs, \
             LocalRayHead(num_cpus=2, log_path=out / "ray-head.log", env=gcs.env) as head:
-        yield kill_a_worker(head.address, out, RUN, steps=STEPS, checkpoint_period=PERIOD, rank=0, storage=gcs)
+        yield kill_a_worker(head, out, RUN, steps=STEPS, checkpoint_period=PERIOD, rank=0, storage=gcs)
 
 
 def test_the_writer_died_with_its_save_written_but_not_committed(drill):

@@ -25,7 +25,7 @@ def drill(tmp_path_factory):
     out = tmp_path_factory.mktemp("elastic")
     # JAX_LOG_COMPILES: the workers log JAX's own timing of each compilation, which the goodput is checked against.
     with LocalRayHead(num_cpus=2, log_path=out / "ray-head.log", env={"JAX_LOG_COMPILES": "1"}) as head:
-        yield kill_a_worker(head.address, out, RUN, steps=STEPS, checkpoint_period=PERIOD, rank=0)
+        yield kill_a_worker(head, out, RUN, steps=STEPS, checkpoint_period=PERIOD, rank=0)
 
 
 def test_the_job_succeeds_with_all_the_steps(drill):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import math
 import re
 import select
@@ -21,13 +22,14 @@ import time
 
 import pytest
 import requests
-from ray.job_submission import JobStatus, JobSubmissionClient
+from ray.job_submission import JobStatus
 
 from training import submit
 from training.driver import port_forward
 from core.job_spec import submission_id_for
 from training.driver.local_ray import LocalRayHead
 from training.driver.progress import Progress
+from training.driver.ray_auth import RayToken
 from tests.conftest import REPO_ROOT
 from tests.drill import jax_compile_seconds, maxtext_step_seconds
 from tests.fakes import FakeCoreV1, pod
@@ -50,9 +52,12 @@ def ray_head(tmp_path_factory):
         yield head
 
 
-def _submit(*argv: str) -> tuple[int, str]:
+def _submit(ray_head: LocalRayHead, *argv: str) -> tuple[int, str]:
+    """The submit command in this process, with the environment ``--address`` takes ``ray_head``'s token from."""
     err = io.StringIO()
-    with contextlib.redirect_stderr(err):
+    with pytest.MonkeyPatch.context() as env, contextlib.redirect_stderr(err):
+        for name, value in ray_head.address_env.items():
+            env.setenv(name, value)
         rc = submit.main(list(argv))
     return rc, err.getvalue()
 
@@ -60,14 +65,14 @@ def _submit(*argv: str) -> tuple[int, str]:
 @pytest.fixture(scope="module")
 def local_job(ray_head, tmp_path_factory):
     out = tmp_path_factory.mktemp("local-runs")
-    rc, err = _submit("--local", "--address", ray_head.address, "--output-dir", str(out), f"run_name={RUN}")
+    rc, err = _submit(ray_head, "--local", "--address", ray_head.address, "--output-dir", str(out), f"run_name={RUN}")
     return rc, err, out
 
 
 def test_job_succeeds_and_the_loss_goes_down(ray_head, local_job):
     rc, err, _ = local_job
     assert rc == 0, err
-    client = JobSubmissionClient(ray_head.address)
+    client = ray_head.jobs()
     sid = submission_id_for(RUN)
     assert client.get_job_status(sid) == JobStatus.SUCCEEDED
     progress = Progress()
@@ -107,7 +112,7 @@ def test_the_figure_is_drawn_from_the_metrics_maxtext_wrote(ray_head, local_job)
     # The values read back from MaxText's event files are the job's own losses (float32 in the file).
     metrics = report.read_metrics(str(out / RUN / "tensorboard"))
     progress = Progress()
-    progress.feed(JobSubmissionClient(ray_head.address).get_job_logs(submission_id_for(RUN)))
+    progress.feed(ray_head.jobs().get_job_logs(submission_id_for(RUN)))
     progress.flush()
     losses = dict(metrics.series(report.LOSS))
     assert sorted(losses) == list(range(10)) and metrics.restarts == []
@@ -157,7 +162,6 @@ def test_the_goodput_of_the_local_run_agrees_with_maxtexts_step_times_and_jaxs_c
 
 def test_a_terminal_gets_a_progress_bar_and_at_most_40_lines(ray_head, tmp_path):
     """A real terminal (a pty): the bar redraws in place; the worker logs stay in the job log."""
-    import os
     import pty
 
     controller, terminal = pty.openpty()
@@ -165,7 +169,7 @@ def test_a_terminal_gets_a_progress_bar_and_at_most_40_lines(ray_head, tmp_path)
         [sys.executable, "-m", "training.submit", "--local", "--address", ray_head.address,
          "--output-dir", str(tmp_path), "run_name=pytest-tty"],
         cwd=REPO_ROOT, stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True,
-        env={**os.environ, "COLUMNS": "160", "LINES": "50", "TERM": "xterm-256color"},
+        env={**os.environ, **ray_head.address_env, "COLUMNS": "160", "LINES": "50", "TERM": "xterm-256color"},
     )
     os.close(terminal)
     screen = b""
@@ -200,9 +204,9 @@ def test_orbax_checkpoints_where_maxtext_puts_them(local_job):
 
 def test_the_same_run_again_reports_it_and_submits_nothing(ray_head, local_job):
     _, _, out = local_job
-    client = JobSubmissionClient(ray_head.address)
+    client = ray_head.jobs()
     jobs_before = len(client.list_jobs())
-    rc, err = _submit("--local", "--address", ray_head.address, "--output-dir", str(out), f"run_name={RUN}")
+    rc, err = _submit(ray_head, "--local", "--address", ray_head.address, "--output-dir", str(out), f"run_name={RUN}")
     assert rc == 0, err
     sid = submission_id_for(RUN)
     assert f"[submit] {sid} already SUCCEEDED; nothing to submit" in err
@@ -231,9 +235,9 @@ def test_port_forward_reaches_the_jobs_api(ray_head, monkeypatch):
     monkeypatch.setattr("kubernetes.stream.portforward", Stream)
     api = FakeCoreV1([pod("head-b")])
     with port_forward.PortForward("default", "head-svc", 8265, api=api) as pf:
-        assert requests.get(f"{pf.url}/api/version", timeout=10).json()["ray_version"] == "2.60.0"
-        through_pf = submit.connect(pf.url, "test", print).list_jobs()
-        direct = JobSubmissionClient(ray_head.address).list_jobs()
+        assert requests.get(f"{pf.url}/api/version", headers=ray_head.headers, timeout=10).json()["ray_version"] == "2.60.0"
+        through_pf = submit.connect(pf.url, "test", print, token=RayToken(ray_head.token, "test")).list_jobs()
+        direct = ray_head.jobs().list_jobs()
         assert sorted(j.submission_id for j in through_pf) == sorted(j.submission_id for j in direct)
         assert pf.stream_error is None
 
@@ -245,7 +249,7 @@ def _start_submit(ray_head, out, run: str, *overrides: str) -> subprocess.Popen:
         [sys.executable, "-m", "training.submit", "--local", "--address", ray_head.address,
          "--output-dir", str(out), f"run_name={run}", *overrides],
         cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        env={**os.environ, **ray_head.address_env}, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
@@ -263,7 +267,7 @@ def test_stopped_from_outside_then_resumed_as_attempt_2_then_ctrl_c(ray_head, tm
     """A job stopped with `ray job stop` exits 1 saying STOPPED; the same command submits attempt 2
     of the run (one job at a time), and Ctrl-C stops that one (exit 130)."""
     run = "pytest-stopped"
-    client = JobSubmissionClient(ray_head.address)
+    client = ray_head.jobs()
     proc = _start_submit(ray_head, tmp_path, run)
     err = _read_until(proc, f"[submit] submitted {submission_id_for(run)}:")
     client.stop_job(submission_id_for(run))
@@ -288,7 +292,7 @@ def test_stopped_from_outside_then_resumed_as_attempt_2_then_ctrl_c(ray_head, tm
 def test_a_job_that_maxtext_rejects_fails_with_its_error_lines(ray_head, tmp_path):
     """A value MaxText's own config refuses and the submit checks do not read (they refuse unknown keys, and
     type the keys the estimates read) passes them and fails in MaxText on every worker."""
-    rc, err = _submit("--local", "--address", ray_head.address, "--output-dir", str(tmp_path),
+    rc, err = _submit(ray_head, "--local", "--address", ray_head.address, "--output-dir", str(tmp_path),
                       "run_name=pytest-bad-key", "learning_rate=fast")
     sid = submission_id_for("pytest-bad-key")
     assert rc == 1 and "Traceback" not in err, err
@@ -298,7 +302,7 @@ def test_a_job_that_maxtext_rejects_fails_with_its_error_lines(ray_head, tmp_pat
     # MaxText's pydantic config refuses the value (its field is named on the line after, not an exception line).
     assert "[submit]     pydantic_core._pydantic_core.ValidationError: 1 validation error for MaxTextConfig" in errors
     assert "[submit]     ray.train.WorkerGroupError: Training failed due to worker errors:" in errors
-    assert JobSubmissionClient(ray_head.address).get_job_status(sid) == JobStatus.FAILED
+    assert ray_head.jobs().get_job_status(sid) == JobStatus.FAILED
 
 
 def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head, tmp_path):
@@ -323,11 +327,11 @@ def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head
     manifest = ray_job(spec, run, "default", "local", sha256(files), mount=str(tmp_path))
     env = yaml.safe_load(manifest["spec"]["runtimeEnvYAML"])
     assert env["env_vars"]["PYTHONPATH"] == str(archive) and "py_modules" not in env
-    client = JobSubmissionClient(ray_head.address)
+    client = ray_head.jobs()
     sid = client.submit_job(entrypoint=manifest["spec"]["entrypoint"], runtime_env=env,
                             submission_id=manifest["spec"]["jobId"])
 
-    rc, err = _submit("--local", "--address", ray_head.address, "--output-dir", str(tmp_path), "--follow", run)
+    rc, err = _submit(ray_head, "--local", "--address", ray_head.address, "--output-dir", str(tmp_path), "--follow", run)
     assert rc == 0, err
     assert f"[submit] {sid} is " in err and "[submit] step 10/10  loss " in err
     assert f"[submit] {sid} SUCCEEDED after " in err and f"figure: {tmp_path / run / 'report.png'}" in err

@@ -40,11 +40,12 @@ from typing import Callable, Iterator, Optional
 from core.errors import ConfigError
 from core.job_spec import COLD_START_TIMEOUT_S, JobSpec, run_location
 from core.tpu_catalogue import slice_shape
-from training.driver import retry, stack_outputs
+from training.driver import ray_auth, retry, stack_outputs
 from training.driver.display import PlainDisplay, for_stream
 from training.driver.errors import ClusterError
 from training.driver.jobs_client import TERMINAL, JobsApi, decide, latest
 from training.driver.progress import ERROR_LINES, Progress
+from training.driver.ray_auth import RayToken
 from training.driver.request import SubmitRequest
 from training.driver.run_files import FIGURE, JOB_LOG, JobRecord, open_job_log
 from training.driver.submission import LOCAL_WORKERS, Submission, for_cluster, for_local
@@ -57,20 +58,27 @@ _RAY_CLIENT_LOGGERS = (
 """Ray's INFO lines about uploading the job's packages and closing log streams: noise unless --verbose."""
 
 
-def connect(address: str, hint: str, log: Callable[[str], None], verbose: bool = False):
-    """A JobSubmissionClient for ``address`` (retried while unreachable), or a one-line ClusterError."""
+def connect(address: str, hint: str, log: Callable[[str], None], verbose: bool = False,
+            token: RayToken | None = None):
+    """A JobSubmissionClient for ``address`` that sends ``token`` on every call and on the log stream (retried while
+    unreachable), or a one-line ClusterError; a refused token is one line naming where it came from."""
     from ray.job_submission import JobSubmissionClient
 
     if not verbose:  # after the import: Ray sets these loggers up when their modules load
         for name in _RAY_CLIENT_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
 
+    token = token or ray_auth.from_env()
     what = f"cannot reach the Ray Jobs API at {address}"
     try:
-        return retry.call(lambda: JobSubmissionClient(address), what, log)
+        return retry.call(lambda: JobSubmissionClient(address, headers=token.headers), what, log)
     except ClusterError as e:
         raise ClusterError(f"{e} ({hint})") from None
     except Exception as e:  # noqa: BLE001 - requests, aiohttp and Ray raise different types here
+        status = ray_auth.refusal_status(e)
+        if status is not None:
+            raise ClusterError(f"the Ray Jobs API at {address} refused the submit command: {token.refused(status)}") \
+                from None
         raise ClusterError(f"{what}: {retry.reason(e)} ({hint})") from None
 
 
@@ -467,7 +475,8 @@ def job_client(request: SubmitRequest, outputs, workers: int, log: Callable[[str
         log_path = request.output_dir.resolve() / "ray-head.log"
         with LocalRayHead(num_cpus=workers, log_path=log_path) as head:
             log(f"started a local Ray head: {head.address} (stopped when this command ends)")
-            yield connect(head.address, f"see {log_path}", log, request.verbose)
+            yield connect(head.address, f"see {log_path}", log, request.verbose,
+                          RayToken(head.token, "the local head"))
     else:
         from training.driver.port_forward import PortForward
 
@@ -476,8 +485,11 @@ def job_client(request: SubmitRequest, outputs, workers: int, log: Callable[[str
             log(f"port-forward 127.0.0.1:{pf.local_port} -> {outputs.namespace}/{pf.pod}:{pf.pod_port}")
             if head_service is None:  # a run's own cluster was checked before its RayJob was created
                 _check_kuberay(pf.api, log)
+            token = ray_auth.from_secret(pf.api, outputs.namespace, service)
             try:
-                client = connect(pf.url, f"port-forward to {outputs.namespace}/{service}", log, request.verbose)
+                client = connect(
+                    pf.url, f"port-forward to {outputs.namespace}/{service}", log, request.verbose, token,
+                )
             except ClusterError as e:
                 if pf.stream_error is None:
                     raise

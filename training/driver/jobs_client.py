@@ -29,6 +29,7 @@ from training.driver import retry
 from core.errors import ConfigError
 from core.job_spec import submission_id_for
 from training.driver.errors import ClusterError
+from training.driver.ray_auth import refusal_status
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
@@ -138,6 +139,13 @@ class JobsApi:
         except ClusterError:
             raise
         except Exception as e:  # noqa: BLE001 - requests, aiohttp and Ray raise different types
+            status = refusal_status(e)
+            if status is not None:
+                # The token was accepted when the client connected (its version check needs it too).
+                raise ClusterError(
+                    f"{what}: the Ray cluster now refuses the submit command's token (HTTP {status}): the RayCluster "
+                    "may have been recreated with a new one"
+                ) from None
             raise ClusterError(f"{what}: {retry.reason(e)}") from None
 
     def status(self, sid: str) -> str | None:

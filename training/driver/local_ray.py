@@ -6,12 +6,21 @@ nothing else on the machine; ``ray stop`` would kill every Ray on the host.
 Every port is picked free, so two local heads (two test sessions) coexist.
 ``LocalRayNode`` adds a second node to such a head, for a drill that loses a
 whole node (``tests/drill.py``).
+
+A head runs with Ray's token auth, as every cluster of the stack does, on a
+fresh random token of its own: whoever talks to it (the submit command, the
+tests, the benches) sends ``head.headers`` or uses ``head.jobs()`` and
+``head.state()``. The token reaches Ray's processes through their environment,
+never their command line; Ray's auth settings in the caller's environment
+(``RAY_AUTH_MODE``, ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``) are replaced,
+so they can neither turn auth off nor swap the token.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -24,6 +33,7 @@ from pathlib import Path
 from typing import Mapping, Self
 
 from training.driver.errors import ClusterError
+from training.driver.ray_auth import ADDRESS_TOKEN_ENV, RAY_AUTH_ENV, bearer
 
 SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """Ray's switch for multi-node clusters (``ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR``); "0" keeps a node on loopback."""
@@ -76,15 +86,20 @@ class LocalRayHead(Started):
         self.startup_timeout_s = startup_timeout_s
         self.env = dict(env or {})
         """More environment for the head and every process of its jobs (a test's storage emulator)."""
+        self.token = secrets.token_hex(32)
+        """This head's own token: 256 random bits, as ``ray get-auth-token --generate`` makes."""
         self._proc: subprocess.Popen | None = None
         self._temp_dir: str | None = None
         self.address = ""
         self.gcs_address = ""
+        self.agent_address = ""
+        """The head node's dashboard agent (it takes job submissions too: ``POST /api/job_agent/jobs/``)."""
 
     def _start(self) -> None:
         ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS))))
         self.address = f"http://127.0.0.1:{ports['--dashboard-port']}"
         self.gcs_address = f"127.0.0.1:{ports['--port']}"
+        self.agent_address = f"http://127.0.0.1:{ports['--dashboard-agent-listen-port']}"
         # Ray's unix sockets live under the temp dir; their paths must stay short.
         self._temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -119,7 +134,7 @@ class LocalRayHead(Started):
         home = Path(self._temp_dir)
         (home / "ray_bootstrap_config.yaml").write_text("provider:\n  type: local\n")
         return {
-            **os.environ,
+            **caller_env(),
             "HOME": str(home),
             # With usage stats off, the dashboard still tells usage-stats.ray.io so; here it tells
             # a closed port of this machine instead.
@@ -135,7 +150,38 @@ class LocalRayHead(Started):
             # join (multi_node) cannot have it: Ray then refuses `ray start --address`.
             **({} if self.multi_node else {SINGLE_MACHINE_ENV: "0"}),
             **self.env,
+            **self.auth_env,
         }
+
+    @property
+    def auth_env(self) -> dict[str, str]:
+        """What turns token auth on in a Ray process of this head (and tells it the token)."""
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}
+
+    @property
+    def address_env(self) -> dict[str, str]:
+        """What ``python -m training.submit --address <head.address>`` needs in its environment to get in."""
+        return {ADDRESS_TOKEN_ENV: self.token}
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The header every HTTP request to this head needs."""
+        return bearer(self.token)
+
+    def jobs(self):
+        """A JobSubmissionClient for this head that sends its token."""
+        from ray.job_submission import JobSubmissionClient
+
+        return JobSubmissionClient(self.address, headers=self.headers)
+
+    def state(self, resource: str, **options) -> list:
+        """Ray's state API on this head with its token: ``head.state("nodes", filters=[...])`` is ``list_nodes``
+        (``list_nodes`` and its twins send a token only when this process's own RAY_AUTH_MODE says so)."""
+        from ray.util.state.api import StateApiClient
+        from ray.util.state.common import ListApiOptions, StateResource
+
+        client = StateApiClient(self.address, headers={"Content-Type": "application/json", **self.headers})
+        return client.list(StateResource(resource), options=ListApiOptions(**options), raise_on_missing_output=True)
 
     def _wait_ready(self) -> None:
         import requests
@@ -149,7 +195,7 @@ class LocalRayHead(Started):
                     f"{tail[0] if tail else 'no output'} (full log: {self.log_path})"
                 )
             try:
-                if requests.get(f"{self.address}/api/version", timeout=2).ok:
+                if requests.get(f"{self.address}/api/version", headers=self.headers, timeout=2).ok:
                     return
             except requests.RequestException:
                 pass
@@ -209,11 +255,10 @@ class LocalRayNode(Started):
 
     def _alive_nodes(self) -> int | None:
         """Alive nodes of the cluster, or None while the head's state API is not up yet."""
-        from ray.util.state import list_nodes
         from ray.util.state.exception import RayStateApiException
 
         try:
-            return len(list_nodes(address=self.head.address, filters=[("state", "=", "ALIVE")]))
+            return len(self.head.state("nodes", filters=[("state", "=", "ALIVE")]))
         except RayStateApiException:
             return None
 
@@ -231,7 +276,8 @@ class LocalRayNode(Started):
             "--disable-usage-stats", *(f"{flag}={port}" for flag, port in ports.items()),
             *([f"--resources={json.dumps(self.resources)}"] if self.resources else []),
         ]
-        env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **self.env)
+        env = {**caller_env(), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **self.env,
+               **self.head.auth_env}
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
                                          cwd=self.head._temp_dir)
@@ -251,6 +297,11 @@ class LocalRayNode(Started):
 
     def _close(self) -> None:
         self.kill()
+
+
+def caller_env() -> dict[str, str]:
+    """This process's environment less Ray's auth settings, which a local Ray process gets from its head."""
+    return {k: v for k, v in os.environ.items() if k not in RAY_AUTH_ENV}
 
 
 def _group_gone(proc: subprocess.Popen, wait_s: float) -> bool:
