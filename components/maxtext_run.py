@@ -156,9 +156,8 @@ def _job_fields(spec: JobSpec, code_sha256: str, mount: str, cold_start: bool) -
     ``code_sha256``: the code archive's full content hash (core.code_archive.sha256); the entry point
     refuses an archive that does not match it before anything imports from it.
     """
-    archive = code_archive.archive_path(code_sha256[:code_archive.DIGEST_CHARS], mount)
+    archive, command = code_archive.checked_job(entrypoint(spec), code_sha256, mount)
     env = runtime_env(pythonpath=archive, cold_start=cold_start)
-    command = f"{code_archive.verifier_command(archive, code_sha256)} && {entrypoint(spec)}"
     return {
         "entrypoint": command,
         "runtime_env_yaml": yaml.safe_dump(env, sort_keys=True),

@@ -107,3 +107,10 @@ def verifier_command(path: str, expected: str) -> str:
     # -I: neither PYTHONPATH (the archive itself) nor the working directory is on sys.path, so nothing of the
     # archive, not even a planted sitecustomize, runs before it is checked.
     return f"python -I -c {shlex.quote(source)} {shlex.quote(path)} {shlex.quote(expected)}"
+
+
+def checked_job(command: str, code_sha256: str, mount: str = DATA_MOUNT) -> tuple[str, str]:
+    """``(archive path, shell command)`` of a job that runs ``command`` from the archive named by ``code_sha256``,
+    after :func:`verifier_command` has found the archive to be exactly that code (declared and submitted runs)."""
+    archive = archive_path(code_sha256[:DIGEST_CHARS], mount)
+    return archive, f"{verifier_command(archive, code_sha256)} && {command}"

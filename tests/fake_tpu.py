@@ -111,10 +111,6 @@ class FakeTpuCluster(Started):
         self.head: LocalRayHead | None = None
         self.slices: dict[str, list[LocalRayNode]] = {}
 
-    @property
-    def address(self) -> str:
-        return self.head.address
-
     def slice_names(self) -> list[str]:
         return [f"slice-{chr(ord('a') + i)}" for i in range(self.stack.slices)]
 
@@ -133,13 +129,12 @@ class FakeTpuCluster(Started):
                     raise
 
     def _wait_for_the_head_node(self) -> None:
-        from ray.util.state import list_nodes
         from ray.util.state.exception import RayStateApiException
 
         deadline = time.monotonic() + 60
         while self.head._proc.poll() is None and time.monotonic() < deadline:
             try:
-                if list_nodes(address=self.head.address, filters=[("state", "=", "ALIVE")]):
+                if self.head.state("nodes", filters=[("state", "=", "ALIVE")]):
                     return
             except RayStateApiException:
                 pass
@@ -205,23 +200,21 @@ def elastic_job(stack: TpuStack, out_dir: Path, run_name: str, steps: int, check
                       overrides={"steps": steps, "checkpoint_period": checkpoint_period, **paced})
 
 
-def submit(address: str, job: Submission, env_vars: Mapping[str, str] = ()) -> str:
+def submit(head: LocalRayHead, job: Submission, env_vars: Mapping[str, str] = ()) -> str:
     """Submit ``job`` as the submit command does (``JobsApi.submit``), with more ``env_vars``; its id."""
-    from ray.job_submission import JobSubmissionClient
-
     from training.driver.jobs_client import JobsApi
 
     runtime_env = {**job.runtime_env, "env_vars": {**job.runtime_env["env_vars"], **dict(env_vars)}}
     sid = submission_id_for(job.spec.run_name)
-    with JobsApi(JobSubmissionClient(address), log=lambda _: None) as api:
+    with JobsApi(head.jobs(), log=lambda _: None) as api:
         assert api.submit(sid, job.entrypoint, runtime_env, metadata={}), sid
     return sid
 
 
-def wait_for_end(address: str, sid: str, timeout_s: float) -> str:
-    from ray.job_submission import JobStatus, JobSubmissionClient
+def wait_for_end(head: LocalRayHead, sid: str, timeout_s: float) -> str:
+    from ray.job_submission import JobStatus
 
-    client = JobSubmissionClient(address)
+    client = head.jobs()
     deadline = time.monotonic() + timeout_s
     while (status := client.get_job_status(sid)) not in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
         if time.monotonic() > deadline:
@@ -259,10 +252,8 @@ def hosts_by_group(log: str, progress: Progress) -> list[list[Host]]:
             for group in progress.groups]
 
 
-def read_job(address: str, sid: str) -> tuple[str, Progress]:
-    from ray.job_submission import JobSubmissionClient
-
-    log = JobSubmissionClient(address).get_job_logs(sid)
+def read_job(head: LocalRayHead, sid: str) -> tuple[str, Progress]:
+    log = head.jobs().get_job_logs(sid)
     progress = Progress()
     progress.feed(log)
     progress.flush()
@@ -273,8 +264,6 @@ def lose_a_slice(cluster: FakeTpuCluster, job: Submission, lost: str, timeout_s:
     """Run the elastic ``job`` on ``cluster`` and SIGKILL every host of slice ``lost`` once a checkpoint of step
     ``checkpoint_period`` or later is committed and a later step is logged; wait for the job to end and save its
     log and record where ``training.report`` reads them (as the submit command does)."""
-    from ray.job_submission import JobSubmissionClient
-
     from training.driver.jobs_client import JobsApi
     from training.driver.run_files import JOB_LOG
     from training.submit import _job_record
@@ -282,13 +271,13 @@ def lose_a_slice(cluster: FakeTpuCluster, job: Submission, lost: str, timeout_s:
     period = int(job.spec.maxtext["checkpoint_period"])
     checkpoints = job.run_dir / "checkpoints"
     started = time.monotonic()
-    sid = submit(cluster.address, job)
+    sid = submit(cluster.head, job)
     deadline = started + timeout_s
     while True:
         if time.monotonic() > deadline:
             raise AssertionError(f"no kill window reached in {timeout_s:.0f} s")
         time.sleep(0.5)
-        _, progress = read_job(cluster.address, sid)
+        _, progress = read_job(cluster.head, sid)
         saved = [c for c in committed_checkpoints(checkpoints) if c >= period]
         if saved and progress.steps and max(progress.steps) > max(saved):
             break
@@ -297,11 +286,11 @@ def lose_a_slice(cluster: FakeTpuCluster, job: Submission, lost: str, timeout_s:
     killed_at, last_seen = time.time(), max(progress.steps)
     time.sleep(1)
     at_kill = committed_checkpoints(checkpoints)
-    status = wait_for_end(cluster.address, sid, max(1.0, deadline - time.monotonic()))
-    log, progress = read_job(cluster.address, sid)
+    status = wait_for_end(cluster.head, sid, max(1.0, deadline - time.monotonic()))
+    log, progress = read_job(cluster.head, sid)
     job.run_dir.mkdir(parents=True, exist_ok=True)
     (job.run_dir / JOB_LOG).write_text(log)
-    with JobsApi(JobSubmissionClient(cluster.address), log=lambda _: None) as api:
+    with JobsApi(cluster.head.jobs(), log=lambda _: None) as api:
         _job_record(api, sid, job.spec, cluster.stack.outputs).save(job.run_dir)
     return Drill(
         returncode=0, stderr="", status=status, log=log, progress=progress, killed_pid=killed_pid, killed_rank=None,

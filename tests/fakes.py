@@ -183,6 +183,7 @@ class FakeKubeRay:
         self.events: list[k8s.CoreV1Event] = []
         self.clusters: set[str] = set()
         self.services_read: list[str] = []
+        self.secrets_read: list[str] = []
         self.reads = 0
         self.core = _FakeCore(self)
         self.custom = _FakeCustom(self)
@@ -328,6 +329,17 @@ class _FakeCore:
             selector={"ray.io/cluster": cluster, "ray.io/node-type": "head"},
             ports=[k8s.V1ServicePort(port=8265, target_port="dashboard")],
         ))
+
+    def read_namespaced_secret(self, name, namespace):
+        """The token Secret KubeRay makes for each cluster with token auth (core.kuberay.auth_secret_name)."""
+        from core.kuberay import AUTH_TOKEN_KEY, auth_secret_name
+
+        self.kube.secrets_read.append(name)
+        for cluster in self.kube.clusters:
+            if auth_secret_name(cluster) == name:
+                token = base64.b64encode(f"token-of-{cluster}".encode()).decode()
+                return k8s.V1Secret(data={AUTH_TOKEN_KEY: token})
+        raise k8s.ApiException(status=404, reason="Not Found")
 
     def list_namespaced_pod(self, namespace, label_selector):
         wanted = dict(item.split("=") for item in label_selector.split(","))

@@ -63,11 +63,11 @@ def late_slices(cluster, cold_stack, tmp_path_factory):
     """A static 2-slice job submitted to a cluster with no TPU host; then the slices' hosts are started."""
     out = tmp_path_factory.mktemp("late")
     job = submission(cold_stack, out, "fake-tpu-late", overrides={"steps": 3})
-    sid = submit(cluster.address, job)
+    sid = submit(cluster.head, job)
     for name in cluster.slice_names():
         cluster.start_slice(name)
-    status = wait_for_end(cluster.address, sid, JOB_TIMEOUT_S)
-    log, progress = read_job(cluster.address, sid)
+    status = wait_for_end(cluster.head, sid, JOB_TIMEOUT_S)
+    log, progress = read_job(cluster.head, sid)
     return job, status, log, progress
 
 
@@ -147,11 +147,11 @@ def test_goodput_counts_the_slice_loss_as_recovery(slice_loss, capsys):
 def test_a_slice_that_never_comes_fails_the_run_once_the_wait_ends(slice_loss, cluster, cold_stack, tmp_path):
     job = submission(cold_stack, tmp_path, "fake-tpu-never", overrides={"steps": 3})
     started = time.monotonic()
-    sid = submit(cluster.address, job, {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(SHORT_WAIT_S),
+    sid = submit(cluster.head, job, {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(SHORT_WAIT_S),
                                         SLICE_WAIT_ENV: str(2 * SHORT_WAIT_S)})
-    status = wait_for_end(cluster.address, sid, JOB_TIMEOUT_S)
+    status = wait_for_end(cluster.head, sid, JOB_TIMEOUT_S)
     took = time.monotonic() - started
-    log, progress = read_job(cluster.address, sid)
+    log, progress = read_job(cluster.head, sid)
     assert status == "FAILED" and not progress.steps, log[-3000:]
     assert 2 * SHORT_WAIT_S <= took < 2 * SHORT_WAIT_S + START_BOUND_S, took
     assert "Ray Train could not place 4 workers (v5p-16 slices) in 30 s (2 waits)" in log, log[-3000:]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import shlex
 import signal
 import zipfile
 
@@ -13,7 +14,9 @@ import pytest
 import yaml
 from hypothesis import given, strategies as st
 
-from components.ray_manifests import RayClusterSpec, ray_cluster
+from components.ray_manifests import RayClusterSpec, ray_cluster_spec
+from core import code_archive
+from core.kuberay import auth_secret_name
 from core.tpu_catalogue import slice_shape
 from training import submit
 from training.driver import port_forward, run_cluster
@@ -33,9 +36,9 @@ def per_run_spec() -> dict:
         name="run", namespace="default", service_account="ray-ksa", bucket_name="my-tpu-project-maxtext-checkpoints",
         shape=slice_shape("v6e", "4x4"), num_slices=2, min_slices=2, dcn_interfaces=0,
         image="rayproject/ray:nightly-py312-tpu", megascale_port=9915, compute_class=None, capacity="flex-start",
-        scale_to_zero=False, idle_timeout_s=60,
+        scale_to_zero=True,
     )
-    return ray_cluster(spec)["spec"]
+    return ray_cluster_spec(spec)
 
 
 @pytest.fixture(scope="module")
@@ -61,14 +64,15 @@ class Bucket:
 @pytest.fixture
 def kube(monkeypatch):
     """submit.main talks to a FakeKubeRay whose Ray heads answer with a FakeJobsClient; returns a setter."""
-    holder: dict = {"bucket": Bucket(), "addresses": [], "checks": 0}
+    holder: dict = {"bucket": Bucket(), "addresses": [], "tokens": [], "checks": 0}
 
     def use(jobs: FakeJobsClient, **kwargs) -> FakeKubeRay:
         holder["kube"] = FakeKubeRay(jobs, **kwargs)
         return holder["kube"]
 
-    def connect(address, hint, log, verbose=False):
+    def connect(address, hint, log, verbose=False, token=None):
         holder["addresses"].append(address)
+        holder["tokens"].append(token)
         return holder["kube"].jobs
 
     def check_kuberay(core, log):
@@ -100,7 +104,8 @@ def test_a_run_is_a_crd_valid_rayjob_that_brings_its_cluster_and_deletes_it(caps
     assert spec["rayClusterSpec"] == per_run_outputs["rayClusterSpec"]
     assert (spec["jobId"], spec["submissionMode"], spec["backoffLimit"]) == ("maxtext-r", "HTTPMode", 1)
     assert spec["preRunningDeadlineSeconds"] == run_cluster.DEFAULT_PRE_RUNNING_DEADLINE_S
-    assert spec["entrypoint"].startswith("python -m training.worker.trainer ") and "run_name=r" in spec["entrypoint"]
+    check, _, command = spec["entrypoint"].partition(" && ")
+    assert command.startswith("python -m training.worker.trainer ") and "run_name=r" in command
 
     # The job imports the code archive the command put in the bucket, and waits minutes for its slices.
     env = yaml.safe_load(spec["runtimeEnvYAML"])
@@ -111,6 +116,11 @@ def test_a_run_is_a_crd_valid_rayjob_that_brings_its_cluster_and_deletes_it(caps
     names = zipfile.ZipFile(io.BytesIO(data)).namelist()
     assert {"core/kuberay.py", "training/worker/trainer.py", "core/presets/__init__.py"} <= set(names)
     assert not [n for n in names if "__pycache__" in n or not n.startswith(("core/", "training/"))]
+    # Before it imports anything, the job checks that archive against the code this command uploaded.
+    archive, expected = shlex.split(check)[-2:]
+    assert check.startswith("python -I -c ") and archive == env["env_vars"]["PYTHONPATH"]
+    (tmp_path / "uploaded.zip").write_bytes(data)
+    code_archive.verify_archive(str(tmp_path / "uploaded.zip"), expected)  # exits if it does not match
 
     # KubeRay posted the job (HTTPMode); the command never submitted one itself.
     assert [j["submission_id"] for j in fake.jobs.submitted] == ["maxtext-r"]
@@ -122,8 +132,11 @@ def test_a_run_is_a_crd_valid_rayjob_that_brings_its_cluster_and_deletes_it(caps
     # The port-forward went to the run's own head service, after the cluster was up.
     job = fake.ray_jobs["maxtext-r"]
     cluster = job["status"]["rayClusterName"]
-    assert fake.services_read == [f"{cluster}-head-svc"]
+    assert list(dict.fromkeys(fake.services_read)) == [f"{cluster}-head-svc"]
     assert [a.startswith("http://127.0.0.1:") for a in kube.holder["addresses"]] == [True]
+    # The Jobs API was reached with the run's own cluster's token, read from the Secret KubeRay made for it.
+    assert fake.secrets_read == [auth_secret_name(cluster)]
+    assert [token.value for token in kube.holder["tokens"]] == [f"token-of-{cluster}"]
     assert err.index("hosts ready") < err.index("port-forward 127.0.0.1:") < err.index("step 1/")
 
     # The job id is recorded, with the chips the run held; the cluster is gone after.
@@ -263,7 +276,7 @@ def test_a_failed_run_is_retried_on_a_new_cluster_and_followed_there(capsys, tmp
     assert rc == 0, err
     clusters = [job["cluster"] for job in fake.jobs.submitted]
     assert len(clusters) == 2 and clusters[0] != clusters[1]
-    assert fake.services_read == [f"{cluster}-head-svc" for cluster in clusters]
+    assert list(dict.fromkeys(fake.services_read)) == [f"{cluster}-head-svc" for cluster in clusters]
     assert f"maxtext-t FAILED on RayCluster {clusters[0]}; KubeRay retries the run on a new cluster" in err
     # One slice asked for: the run's cluster has one slice of 4 hosts, and the record counts its 16 chips.
     [created] = fake.created
@@ -284,7 +297,7 @@ def test_dashboard_forwards_to_the_running_runs_head(capsys, tmp_path, per_run_o
     monkeypatch.setattr(submit, "hold", lambda: (_ for _ in ()).throw(KeyboardInterrupt))
     fake.services_read.clear()
     assert submit.main(["--outputs-file", outputs, "--dashboard"]) == 0
-    assert fake.services_read == [f"{cluster}-head-svc"]
+    assert list(dict.fromkeys(fake.services_read)) == [f"{cluster}-head-svc"]
     rc, err = run_cli(capsys, "--outputs-file", outputs, "--dashboard", "--follow", "other")
     assert rc == 2 and "--follow='other': expected a run that is running" in err
     # Two runs running: --dashboard alone cannot tell which; --follow picks one.
@@ -293,7 +306,7 @@ def test_dashboard_forwards_to_the_running_runs_head(capsys, tmp_path, per_run_o
     assert rc == 2 and "2 runs running (maxtext-d, maxtext-e)" in err and "--follow RUN to pick one" in err
     fake.services_read.clear()
     assert submit.main(["--outputs-file", outputs, "--dashboard", "--follow", "d"]) == 0
-    assert fake.services_read == [f"{cluster}-head-svc"]
+    assert list(dict.fromkeys(fake.services_read)) == [f"{cluster}-head-svc"]
 
 
 @pytest.mark.parametrize(

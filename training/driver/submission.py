@@ -85,16 +85,19 @@ def for_cluster(request: SubmitRequest, outputs: StackOutputs) -> Submission:
         check_backoff_limit(request.backoff_limit)
         check_deadline(request.pre_running_deadline_seconds)
         code_files = code_archive.package_files()
-        env = runtime_env(pythonpath=code_archive.archive_path(code_archive.digest(code_files)), cold_start=True)
+        # The job checks the archive against this checkout's code before importing anything of it.
+        archive, command = code_archive.checked_job(entrypoint(spec), code_archive.sha256(code_files))
+        env = runtime_env(pythonpath=archive, cold_start=True)
     elif request.backoff_limit:
         raise ConfigError("--backoff-limit", request.backoff_limit,
                           "0 on a stack that holds its slices (a retry on a new cluster needs a stack that scales "
                           "to zero; on this one run the same command again to resume)")
     else:
         env = runtime_env(py_modules=SHIPPED, cold_start=outputs.scale_to_zero)
+        command = entrypoint(spec)
     return Submission(
         spec=spec,
-        entrypoint=entrypoint(spec),
+        entrypoint=command,
         runtime_env=env,
         checkpoints=run_location(spec, "checkpoints", outputs.bucket_name),
         run_dir=out_dir / spec.run_name,
