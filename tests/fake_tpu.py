@@ -80,7 +80,10 @@ def tpu_stack(**keys: str | None) -> TpuStack:
     from stack.mock_engine import load_stack_file, run_offline
 
     run = run_offline(with_keys(load_stack_file(REPO_ROOT / "Pulumi.dev.yaml"), **keys))
-    (group,) = run.one(RAYCLUSTER).inputs["spec"]["workerGroupSpecs"]
+    # A held stack's RayCluster, or on a stack that scales to zero the cluster each run brings.
+    clusters = run.of_type(RAYCLUSTER)
+    cluster_spec = clusters[0].inputs["spec"] if clusters else run.outputs["rayClusterSpec"]
+    (group,) = cluster_spec["workerGroupSpecs"]
     container = group["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"]}
     return TpuStack(
@@ -183,11 +186,23 @@ def submission(stack: TpuStack, out_dir: Path, run_name: str, **request: object)
                                      **request), stack.outputs)
     module = f"-m {TRAINER_MODULE} "
     assert made.entrypoint.count(module) == 1, made.entrypoint
-    env = made.runtime_env
+    env, entry = made.runtime_env, made.entrypoint
+    if made.code_files is not None:
+        # A stack that scales to zero: the job imports the code archive the submit command uploads (and checks it
+        # first); the bucket's /data mount is this directory.
+        from core.code_archive import archive_object, digest
+        from core.job_spec import DATA_MOUNT
+        from training.driver.run_cluster import archive_zip
+
+        obj = archive_object(digest(made.code_files))
+        (out_dir / obj).parent.mkdir(parents=True, exist_ok=True)
+        (out_dir / obj).write_bytes(archive_zip(made.code_files))
+        entry = entry.replace(f"{DATA_MOUNT}/{obj}", str(out_dir / obj))
+        env = {**env, "env_vars": {**env["env_vars"], "PYTHONPATH": str(out_dir / obj)}}
     return dataclasses.replace(
         made,
-        entrypoint=made.entrypoint.replace(module, f"-m {TRAINER_STAND_IN.name} "),
-        runtime_env={**env, "py_modules": [*env["py_modules"], str(TRAINER_STAND_IN)]},
+        entrypoint=entry.replace(module, f"-m {TRAINER_STAND_IN.name} "),
+        runtime_env={**env, "py_modules": [*env.get("py_modules", []), str(TRAINER_STAND_IN)]},
     )
 
 
