@@ -37,3 +37,8 @@ def custom_resource(name: str, manifest: dict, opts: pulumi.ResourceOptions) -> 
         spec=manifest["spec"],
         opts=opts,
     )
+
+
+def typed_resource(resource_type: type, name: str, manifest: dict, opts: pulumi.ResourceOptions) -> pulumi.Resource:
+    """A resource of one of pulumi-kubernetes' typed classes (``k8s.networking.v1.NetworkPolicy``) from its manifest."""
+    return resource_type(name, metadata=manifest["metadata"], spec=manifest["spec"], opts=opts)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from core.job_spec import DATA_MOUNT
-from core.kuberay import RAY_VERSION, TOKEN_AUTH
+from core.kuberay import RAY_VERSION, TOKEN_AUTH, head_service_name
 from core.tpu_catalogue import SliceShape
 
 GCS_PORT = 6379
@@ -132,7 +132,7 @@ class RayClusterSpec:
     @property
     def head_service(self) -> str:
         """The Service KubeRay creates for the head pod."""
-        return f"{self.name}-head-svc"
+        return head_service_name(self.name)
 
 
 def port_use(port: int) -> Optional[str]:

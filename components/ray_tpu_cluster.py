@@ -12,7 +12,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components._args import integer
-from components._options import child_options, custom_resource
+from components._options import child_options, custom_resource, typed_resource
 from components._refs import resolve_ref
 from components.gcs_workload_identity import GcsWorkloadIdentity, GcsWorkloadIdentityRef
 from components.ray_manifests import (
@@ -219,9 +219,8 @@ class RayTpuCluster(pulumi.ComponentResource):
 
         self.claim_template = None
         if spec.dcn_interfaces:
-            claim = resource_claim_template(spec)
-            self.claim_template = k8s.resource.v1.ResourceClaimTemplate(
-                f"{name}-netdev-claim", metadata=claim["metadata"], spec=claim["spec"], opts=child
+            self.claim_template = typed_resource(
+                k8s.resource.v1.ResourceClaimTemplate, f"{name}-netdev-claim", resource_claim_template(spec), child
             )
             prerequisites.append(self.claim_template)
 
@@ -232,9 +231,8 @@ class RayTpuCluster(pulumi.ComponentResource):
 
         # Before any Ray pod exists, so no pod of the stack ever runs unguarded (enforced with Dataplane V2);
         # it selects the pods of the long-lived RayCluster and of every run's own cluster alike.
-        policy = network_policy(spec)
-        self.network_policy = k8s.networking.v1.NetworkPolicy(
-            f"{name}-ray-ingress", metadata=policy["metadata"], spec=policy["spec"], opts=child
+        self.network_policy = typed_resource(
+            k8s.networking.v1.NetworkPolicy, f"{name}-ray-ingress", network_policy(spec), child
         )
         prerequisites.append(self.network_policy)
 

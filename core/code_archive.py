@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import io
 import shlex
+import zipfile
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from core.job_spec import DATA_MOUNT, SHIPPED_PACKAGES
 
@@ -83,6 +85,15 @@ def verify_archive(path: str, expected: str) -> None:
             f"code archive {path}: its contents hash to {actual}, not to the run's {expected}: refusing to "
             "import it (was it replaced in the bucket?)"
         )
+
+
+def archive_zip(files: Mapping[str, Path]) -> bytes:
+    """The archive itself: the packages' files under their names (``core/...``, ``training/...``) at the root."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in sorted(files):
+            archive.write(files[name], name)
+    return buffer.getvalue()
 
 
 def archive_object(code_digest: str) -> str:

@@ -87,6 +87,11 @@ def served_crd_problems(crd: Mapping) -> list[str]:
     return problems
 
 
+def head_service_name(cluster_name: str) -> str:
+    """The Service KubeRay creates for a RayCluster's head (its dashboard, Jobs API, GCS and client ports)."""
+    return f"{cluster_name}-head-svc"
+
+
 def auth_secret_name(cluster_name: str) -> str:
     """The Secret KubeRay makes for a RayCluster with ``authOptions.mode: token`` and no ``secretName``.
 

@@ -190,9 +190,8 @@ def submission(stack: TpuStack, out_dir: Path, run_name: str, **request: object)
     if made.code_files is not None:
         # A stack that scales to zero: the job imports the code archive the submit command uploads (and checks it
         # first); the bucket's /data mount is this directory.
-        from core.code_archive import archive_object, digest
+        from core.code_archive import archive_object, archive_zip, digest
         from core.job_spec import DATA_MOUNT
-        from training.driver.run_cluster import archive_zip
 
         obj = archive_object(digest(made.code_files))
         (out_dir / obj).parent.mkdir(parents=True, exist_ok=True)

@@ -312,10 +312,9 @@ def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head
     import yaml
 
     from components.maxtext_run import ray_job
-    from core.code_archive import archive_object, digest, package_files, sha256
+    from core.code_archive import archive_object, archive_zip, digest, package_files, sha256
     from core.job_spec import build_job
     from core.presets import get_preset
-    from training.driver.run_cluster import archive_zip
 
     run = "pytest-declared"
     spec = build_job(get_preset("tiny-cpu"), base_output_directory=str(tmp_path), run_name=run, slices=2,

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from core.errors import ConfigError
+from core.kuberay import head_service_name
 from core.job_spec import COLD_START_TIMEOUT_S, JobSpec, run_location
 from core.tpu_catalogue import slice_shape
 from training.driver import ray_auth, retry, stack_outputs
@@ -345,7 +346,7 @@ def _follow_on_own_cluster(request: SubmitRequest, outputs, runs, name: str, sid
         if waited.cluster is None:  # KubeRay's reason is the run's error line
             record = _job_record(run_cluster.RayJobTiming(waited.ray_job), sid, spec, outputs)
             return run_cluster.job_status(waited.ray_job), run_cluster.ended_line(waited.ray_job), record
-        head = run_cluster.head_service(waited.cluster)
+        head = head_service_name(waited.cluster)
         with job_client(request, outputs, spec.slices, log, head_service=head) as client, \
                 JobsApi(client, log) as api:
             status, message, record = _stream(api, sid, spec, outputs, run_dir, progress, request.verbose)
@@ -452,7 +453,7 @@ def _running_head(request: SubmitRequest, outputs, log: Callable[[str], None]) -
     cluster = (running[-1].get("status") or {}).get("rayClusterName")
     if not cluster:
         raise ClusterError(f"RayJob {running[-1]['metadata']['name']} has no RayCluster yet; try again in a minute")
-    return run_cluster.head_service(cluster)
+    return head_service_name(cluster)
 
 
 def hold() -> None:

@@ -36,7 +36,7 @@ def resolve_pod(api, namespace: str, service: str, port: int) -> tuple[str, int]
     label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
     pods = api.list_namespaced_pod(namespace, label_selector=label_selector).items
     ready = sorted(
-        (p for p in pods if p.status.phase == "Running" and _ready(p)), key=lambda p: p.metadata.name
+        (p for p in pods if serving(p)), key=lambda p: p.metadata.name
     )
     if not ready:
         seen = ", ".join(f"{p.metadata.name}={p.status.phase}" for p in pods) or "none"
@@ -48,8 +48,9 @@ def resolve_pod(api, namespace: str, service: str, port: int) -> tuple[str, int]
     return pod.metadata.name, _container_port(pod, ports[0].target_port or port)
 
 
-def _ready(pod) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+def serving(pod) -> bool:
+    """A pod that runs and passes its readiness checks (what a Service sends traffic to)."""
+    return pod.status.phase == "Running" and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
 
 def _container_port(pod, target: int | str) -> int:

@@ -20,10 +20,8 @@ the head is up, is the held stack's: a port-forward to the run's head service.
 from __future__ import annotations
 
 import hashlib
-import io
 import re
 import time
-import zipfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -38,6 +36,7 @@ from core.naming import RAY_CLUSTER_NAME, RAY_JOB_NAME, RAY_TPU_CLUSTER_NAME
 from training.driver import retry
 from training.driver.errors import ClusterError
 from training.driver.jobs_client import TERMINAL, RunJob, attempt_of, is_job_of
+from training.driver.port_forward import serving
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayjobs"
 
@@ -107,15 +106,6 @@ def hosts_of(ray_cluster_spec: Mapping) -> int:
                for g in ray_cluster_spec.get("workerGroupSpecs") or [])
 
 
-def archive_zip(files: Mapping[str, Path]) -> bytes:
-    """The code archive as a declared run's is: ``core/...`` and ``training/...`` at the zip's root."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name in sorted(files):
-            archive.write(files[name], name)
-    return buffer.getvalue()
-
-
 def upload_archive(fs, bucket: str, files: Mapping[str, Path], log: Callable[[str], None]) -> str:
     """Put the code archive in the bucket unless it is there (same code, same name); its object name.
 
@@ -126,7 +116,7 @@ def upload_archive(fs, bucket: str, files: Mapping[str, Path], log: Callable[[st
         if fs.exists(path):
             log(f"code archive gs://{path} is there already")
             return obj
-        fs.pipe_file(path, archive_zip(files), content_type="application/zip")
+        fs.pipe_file(path, code_archive.archive_zip(files), content_type="application/zip")
     except Exception as e:  # noqa: BLE001 - gcsfs raises OSError, HttpError or google.auth errors
         raise ClusterError(
             f"cannot upload the code archive to gs://{path}: {retry.reason(e)} "
@@ -267,11 +257,11 @@ class RunClusters:
             if cluster:
                 pods = self._pods(cluster)
                 workers = [p for p in pods if (p.metadata.labels or {}).get("ray.io/node-type") == "worker"]
-                head_up = any(_ready(p) for p in pods if (p.metadata.labels or {}).get("ray.io/node-type") == "head")
+                head_up = any(serving(p) for p in pods if (p.metadata.labels or {}).get("ray.io/node-type") == "head")
                 if deployment == "Running" and head_up:
                     return Waited(cluster, job)
                 hosts = hosts_of(job["spec"]["rayClusterSpec"])
-                line = (f"waiting for TPU slices: {sum(map(_ready, workers))} of {hosts} hosts ready"
+                line = (f"waiting for TPU slices: {sum(map(serving, workers))} of {hosts} hosts ready"
                         f"{'' if head_up else '; Ray head not ready yet'} (RayCluster {cluster})")
             else:
                 line = f"waiting for KubeRay to create the run's RayCluster (RayJob {name}: {deployment or 'new'})"
@@ -296,11 +286,6 @@ class RunClusters:
             if moved_on or self.clock() >= deadline:
                 return job
             self.sleep(self.poll_s)
-
-
-def _ready(pod) -> bool:
-    return pod.status.phase == "Running" and any(
-        c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
 
 def ended_line(ray_job: Mapping) -> str:
@@ -349,11 +334,6 @@ def run_manifest(submission_id: str, namespace: str, ray_cluster_spec: Mapping, 
         backoff_limit=backoff_limit,
         pre_running_deadline_seconds=pre_running_deadline_s,
     )
-
-
-def head_service(cluster: str) -> str:
-    """The Service KubeRay creates for a RayCluster's head."""
-    return f"{cluster}-head-svc"
 
 
 class RayJobTiming:
