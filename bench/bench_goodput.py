@@ -65,11 +65,11 @@ def show(title: str, result, checks: list[tuple[str, str]]) -> None:
         print(f"  check: {label:<45}{value}")
 
 
-def local_run(address: str, out: Path, name: str) -> None:
+def local_run(head: LocalRayHead, out: Path, name: str) -> None:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "training.submit", "--local", "--address", address,
+    done = subprocess.run([sys.executable, "-m", "training.submit", "--local", "--address", head.address,
                            "--output-dir", str(out), f"run_name={name}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=900)
+                          cwd=REPO, capture_output=True, text=True, timeout=900, env={**os.environ, **head.address_env})
     wall = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(done.stderr[-3000:])
@@ -89,17 +89,20 @@ def local_run(address: str, out: Path, name: str) -> None:
           f"{without_jax / 1e6:.2f} MB without JAX's compile lines")
 
 
-def drill(address: str, out: Path) -> None:
+def drill(head: LocalRayHead, out: Path) -> None:
     # A long bound: on a machine other jobs load, the drill's default 480 s is not enough.
-    d = kill_a_worker(address, out, "bench-goodput-drill", steps=16, checkpoint_period=4, rank=0, timeout_s=1800)
+    d = kill_a_worker(head, out, "bench-goodput-drill", steps=16, checkpoint_period=4, rank=0, timeout_s=1800)
     if d.status != "SUCCEEDED":
         raise SystemExit(f"drill {d.status}:\n{d.stderr[-3000:]}")
     result = goodput(d.run_dir)
     killed, resumed = maxtext_step_seconds(d.run_dir / "tensorboard")
     twice = sorted(set(killed) & set(resumed))
+    restored = d.resumed_group.restored_step
+    kept_s = sum(s for n, s in killed.items() if n <= restored) + sum(resumed.values())
     jax_s, train_step_s = jax_compile_seconds(d.log, rank0(d.log))
     without_jax = sum(len(line.encode()) + 1 for line in d.log.splitlines() if JAX_LINE not in line)
     show("kill drill (16 steps, rank 0 killed)", result, [
+        ("MaxText's step seconds, the kept steps, sum", f"{kept_s:.2f} s (restored step {restored})"),
         ("kill -> next step (the drill's clock)", f"{d.recovery()['next_step_s']:.1f} s"),
         ("steps in both groups' event files", f"{twice} (killed after step {d.last_step_seen})"),
         ("JAX's compile timings, sum (train step XLA)", f"{jax_s:.2f} s ({train_step_s:.2f} s)"),
@@ -116,10 +119,10 @@ def main() -> int:
         out = Path(tmp)
         with LocalRayHead(num_cpus=2, log_path=out / "ray-head.log", env={"JAX_LOG_COMPILES": "1"}) as head:
             if args.only != "drill":
-                local_run(head.address, out, "bench-goodput-cold")
-                local_run(head.address, out, "bench-goodput-warm")
+                local_run(head, out, "bench-goodput-cold")
+                local_run(head, out, "bench-goodput-warm")
             if args.only != "local":
-                drill(head.address, out)
+                drill(head, out)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     return 0
 
