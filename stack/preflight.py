@@ -17,6 +17,7 @@ from components.ray_manifests import is_moving_tag
 from core.errors import ConfigError
 from core.capacity import CAPACITY_MODES
 from core.estimates import CostEstimate, HbmBreakdown, estimate_cost, estimate_hbm_from_config, estimate_step_time
+from core.estimates.mesh import check_kv_head_sharding
 from core.estimates.cost import CapacityCost, capacity_costs, format_capacity_costs
 from core.estimates.prices import cpu_machine_usd_per_hour
 from core.maxtext import BASE_DEFAULTS, Value
@@ -69,6 +70,7 @@ def preflight(
     report = PreflightReport(slice_counts=tuple(range(cfg.num_slices, low - 1, -1)))
     try:
         check_elastic(maxtext, cfg.shape.chips, low, cfg.num_slices, slice_name=f"{cfg.shape.pod_type} slice")
+        check_kv_head_sharding(maxtext, cfg.shape.chips, report.slice_counts, f"{cfg.shape.pod_type} slice")
     except ConfigError as error:
         report.errors.append(error)
         return report

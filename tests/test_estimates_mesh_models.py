@@ -11,7 +11,10 @@ import yaml
 
 from core.errors import ConfigError
 from core.estimates import COMPILE_CHECK, NoEstimate, get_model, model_shape, modelled_models, resolve_mesh
+from core.estimates.mesh import check_kv_head_sharding
+from core.job_spec import build_job
 from core.maxtext import installed
+from core.presets import get_preset
 from tests.conftest import REPO_ROOT
 
 
@@ -181,3 +184,24 @@ def test_reading_shapes_from_maxtext_imports_neither_maxtext_nor_jax():
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "none"
+
+
+def test_a_run_that_splits_a_kv_head_is_refused_before_the_slices_are_paid_for():
+    """MaxText refuses Gemma 2B (1 KV head) on tensor 4 only when it builds the attention layer, on the
+    slices (the compile check's child met it: "num_kv_heads (1) ... must be divisible by 4"). The job
+    and preview refuse it first, naming the key; all 16 chips on fsdp is accepted."""
+    gemma_2b = {"model_name": "gemma-2b", "per_device_batch_size": 8, "max_target_length": 2048}
+    with pytest.raises(ConfigError) as error:
+        build_job(get_preset("llama3-8b"), base_output_directory="/data/", run_name="g", slices=2,
+                  overrides=gemma_2b, generation="v6e", topology="4x4")
+    assert (error.value.key, error.value.value) == ("ici_tensor_parallelism", 4)
+    assert "gemma-2b's 1 KV head(s), one of [1]" in error.value.expected
+    fsdp_only = {**gemma_2b, "ici_fsdp_parallelism": 16, "ici_tensor_parallelism": 1}
+    build_job(get_preset("llama3-8b"), base_output_directory="/data/", run_name="g", slices=2,
+              overrides=fsdp_only, generation="v6e", topology="4x4")
+    # Llama 3 8B's 8 KV heads take tensor 4 and 8, not 16 (a whole slice of tensor).
+    check_kv_head_sharding({"model_name": "llama3-8b", "ici_tensor_parallelism": 8, "ici_fsdp_parallelism": 2},
+                           16, [2, 1], "v6e-16 slice")
+    with pytest.raises(ConfigError, match=r"llama3-8b's 8 KV head\(s\), one of \[1, 2, 4, 8\]"):
+        check_kv_head_sharding({"model_name": "llama3-8b", "ici_tensor_parallelism": 16, "ici_fsdp_parallelism": 1},
+                               16, [2, 1], "v6e-16 slice")
