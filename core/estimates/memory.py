@@ -33,9 +33,9 @@ Components
    ``per_device_batch_size x max_target_length x X`` elements (x tensor when X
    cannot be split, e.g. fewer KV heads than tensor shards).
 5. **Transient working set** - the larger of
-   (a) the output head: logits ``[tokens, vocab/tensor]`` held in float32
-   (``cast_logits_to_fp32: true``) for the loss backward plus their bfloat16
-   gradient = 6 bytes per logit; and
+   (a) the output head: the logits ``[tokens, vocab/tensor]`` and their
+   gradient, both bfloat16 (:data:`LOGIT_BYTES`), beside the head's input and
+   its gradient whole over tensor (:data:`HEAD_INPUT_COPIES`); and
    (b) one decoder layer during its backward recompute: every tensor of the
    ``none`` policy for one layer and its gradient (:data:`LAYER_BACKWARD_COPIES`),
    plus three bfloat16 copies of one layer's weights gathered over fsdp (current
@@ -77,24 +77,37 @@ from core.tpu_catalogue import SliceShape
 
 GIB = 2**30
 
-ESTIMATE_OVER_XLA = (0.90, 1.19)
-"""The estimate divided by XLA's peak (or, for a run XLA refuses, by what it says
-it needs), lowest and highest, rounded outwards: 0.906 (Llama 3 8B on v5p, batch 4,
-remat full: 30.70 estimated, 33.90 compiled) to 1.183 (8B, batch 2, remat minimal:
-36.35 against 30.73) over the eleven in-sample configurations of
-``bench/bench_estimates.py`` (8B and 70B, four remat policies, batch 1 to 4, v6e
-and v5p; libtpu 0.0.50.1, MaxText 0.2.5). Its held-out configurations (other model
-families, sequence lengths, generations) did not set it; the bench prints how
-they fall. A run unlike those may be off by more."""
+ESTIMATE_OVER_XLA = (0.83, 1.15)
+"""The estimate divided by XLA's peak (or, for a run XLA refuses, by what it says it needs), lowest and
+highest, rounded outwards: 0.834 (Llama 3 8B on v5p, batch 4, remat full: 28.29 estimated, 33.90
+compiled) to 1.144 (8B on v6e, batch 2, remat minimal: 35.14 against 30.73) over the eleven in-sample
+configurations of ``bench/bench_estimates.py`` (8B and 70B, four remat policies, batch 1 to 4, v6e and
+v5p; libtpu 0.0.50.1, MaxText 0.2.5). Its held-out configurations (other model families, sequence
+lengths, generations) set neither it nor the estimate; the bench prints how they fall. The low end is a
+run far below its limit (34 of 96 GiB), where XLA's live set at the peak holds the layers' gradient
+accumulators beside the logits; the same 8B's on v6e (22 of 31 GiB) holds the logits without them. A run unlike those may be off by more."""
 
-LOGIT_BYTES = 4 + 2
-"""float32 logits kept for the loss backward + their bfloat16 gradient."""
+LOGIT_BYTES = 2 + 2
+"""The bfloat16 logits kept for the loss's backward + their bfloat16 gradient. MaxText casts the logits
+to float32 (``cast_logits_to_fp32``), but XLA fuses that cast and the softmax into the loss's reductions
+and into the gradient's producer, so no float32 copy is a buffer: in XLA's live set at the peak
+(``--xla_dump_to``'s ``*-live-range.txt``) of Llama 3 8B and Qwen 3 0.6B on v6e, the two largest buffers
+are ``bf16[batch, length, vocab/tensor]``, from the forward ``dot_general`` and the backward
+``convert_element_type``."""
+
+HEAD_INPUT_COPIES = 3
+"""``[tokens, d_model]`` bfloat16 buffers beside the logits, whole over tensor (the head's matmul
+contracts over ``embed``): two gathered copies of the head's input and its gradient (the 8B's live set
+at the peak: two ``all-gather`` results and a backward ``dot_general``, 512 MiB each)."""
 
 LAYER_BACKWARD_COPIES = 2
 """Each recomputed intermediate of the layer in its backward, and the gradient flowing back through it."""
 
 LAYER_WEIGHT_COPIES = 3
 """Gathered bf16 layer weights live at once: current, prefetched next, weight gradient."""
+
+OUTPUT_HEAD = "output head (logits)"
+"""The transient's kind when the output head's is the larger."""
 
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -361,10 +374,13 @@ def estimate_hbm(
     saved_per_layer = layer_bytes(("decoder_layer_input",) + policy.saves)
     activations = m.num_layers * saved_per_layer
 
-    logits = _per_chip_elements(m.vocab_size, m.vocab_size, tokens, tp) * LOGIT_BYTES
+    head = (
+        _per_chip_elements(m.vocab_size, m.vocab_size, tokens, tp) * LOGIT_BYTES
+        + tokens * m.d_model * act_bytes * HEAD_INPUT_COPIES
+    )
     layer_weights = m.params_per_layer / tp * act_bytes
     layer = LAYER_BACKWARD_COPIES * layer_bytes(tensors) + LAYER_WEIGHT_COPIES * layer_weights
-    transient, kind = (logits, "output logits") if logits >= layer else (layer, "one decoder layer")
+    transient, kind = (head, OUTPUT_HEAD) if head >= layer else (layer, "one decoder layer")
 
     return HbmBreakdown(
         model=m.name,
