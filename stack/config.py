@@ -253,7 +253,7 @@ class StackConfig(BaseModel):
         gke_cluster.DEFAULT_RAY_CLUSTER_LOGGING,
         alias="gke-ray-tpu:rayClusterLogging",
         description="the Ray operator add-on sends the RayCluster's logs (every job's, every worker's) to Cloud Logging, "
-        "where they outlive the cluster; billed at $0.50/GiB past 50 GiB per project and month (the local run's job log is ~0.5 MB, bench/bench_goodput.py; a TPU run's is larger and not measured here); "
+        "where they outlive the cluster; billed at $0.50/GiB past 50 GiB per project and month (the local run's job log is ~0.4 MB, bench/bench_goodput.py; a TPU run's is larger and not measured here); "
         "a cluster the stack creates (an existing one keeps its own setting)",
     )
     ray_cluster_monitoring: Flag = Field(
