@@ -30,8 +30,9 @@ Components
    data x fsdp (``activation_batch``) and ``X`` split over tensor
    (``activation_embed`` / ``activation_heads`` / ``activation_kv`` /
    ``activation_mlp`` -> tensor), so per chip it holds
-   ``per_device_batch_size x max_target_length x X`` elements (x tensor when X
-   cannot be split, e.g. fewer KV heads than tensor shards).
+   ``per_device_batch_size x max_target_length x X`` elements (x tensor when
+   tensor does not divide X; a KV head count it does not divide is refused
+   earlier, as MaxText refuses it: ``core.estimates.mesh.check_kv_head_sharding``).
 5. **Transient working set** - the larger of
    (a) the output head: the logits ``[tokens, vocab/tensor]`` and their
    gradient, both bfloat16 (:data:`LOGIT_BYTES`), beside the head's input and
@@ -85,7 +86,8 @@ configurations of ``bench/bench_estimates.py`` (8B and 70B, four remat policies,
 v5p; libtpu 0.0.50.1, MaxText 0.2.5). Its held-out configurations (other model families, sequence
 lengths, generations) set neither it nor the estimate; the bench prints how they fall. The low end is a
 run far below its limit (34 of 96 GiB), where XLA's live set at the peak holds the layers' gradient
-accumulators beside the logits; the same 8B's on v6e (22 of 31 GiB) holds the logits without them. A run unlike those may be off by more."""
+accumulators beside the logits; the same 8B's on v6e (22 of 31 GiB) holds the logits without them.
+A run unlike those may be off by more."""
 
 LOGIT_BYTES = 2 + 2
 """The bfloat16 logits kept for the loss's backward + their bfloat16 gradient. MaxText casts the logits
