@@ -28,7 +28,6 @@ from typing import Mapping, Optional, Sequence
 
 from core import parallelism
 from core.errors import ConfigError
-from core.estimates.mesh import check_kv_head_sharding
 from core.maxtext import Value, check_settings, parse_value, render
 from core.presets import Backend, Preset
 from core.tpu_catalogue import SliceShape, slice_shape
@@ -195,6 +194,10 @@ class JobSpec:
         if self.backend == "tpu":
             shape = self.shape()
             parallelism.check_elastic(self.maxtext, shape.chips, low, self.slices, f"{shape.pod_type} slice")
+            # Imported here: every process that imports this module (Ray Train's workers and helpers among them)
+            # would otherwise load the whole estimates package; only validating a TPU job needs it.
+            from core.estimates.mesh import check_kv_head_sharding
+
             check_kv_head_sharding(self.maxtext, shape.chips, range(self.slices, low - 1, -1), f"{shape.pod_type} slice")
         else:
             # MaxText puts all CPU devices in one slice: the workers are ICI, DCN is 1.

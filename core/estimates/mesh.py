@@ -121,11 +121,11 @@ def check_kv_head_sharding(
             return
         if shape.num_kv_heads % mesh.tensor:
             group = "ici" if mesh.ici["tensor"] > 1 else "dcn"
-            fits = [n for n in range(1, shape.num_kv_heads + 1) if shape.num_kv_heads % n == 0]
+            divisors = [n for n in range(1, shape.num_kv_heads + 1) if shape.num_kv_heads % n == 0]
             raise ConfigError(
                 f"{group}_tensor_parallelism",
                 mesh.ici["tensor"] if group == "ici" else mesh.dcn["tensor"],
                 f"a tensor parallelism (ici x dcn, here {mesh.tensor} over {num_slices} {slice_name}(s)) that divides "
-                f"{shape.name}'s {shape.num_kv_heads} KV head(s), one of {fits}: MaxText does not split a head "
+                f"{shape.name}'s {shape.num_kv_heads} KV head(s), one of {divisors}: MaxText does not split a head "
                 "across tensor shards; put the other chips on ici_fsdp_parallelism",
             )
