@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.drill import jax_compile_seconds, kill_a_worker, maxtext_step_seconds  # noqa: E402
+from tests.drill import jax_compile_seconds, kept_step_seconds, kill_a_worker, maxtext_step_seconds  # noqa: E402
 from training import report  # noqa: E402
 from training.driver.local_ray import LocalRayHead  # noqa: E402
 from training.driver.progress import Progress  # noqa: E402
@@ -98,7 +98,7 @@ def drill(head: LocalRayHead, out: Path) -> None:
     killed, resumed = maxtext_step_seconds(d.run_dir / "tensorboard")
     twice = sorted(set(killed) & set(resumed))
     restored = d.resumed_group.restored_step
-    kept_s = sum(s for n, s in killed.items() if n <= restored) + sum(resumed.values())
+    kept_s = kept_step_seconds(killed, resumed, restored)
     jax_s, train_step_s = jax_compile_seconds(d.log, rank0(d.log))
     without_jax = sum(len(line.encode()) + 1 for line in d.log.splitlines() if JAX_LINE not in line)
     show("kill drill (16 steps, rank 0 killed)", result, [

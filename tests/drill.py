@@ -146,6 +146,12 @@ def jax_compile_seconds(log: str, pid: int) -> tuple[float, float]:
     raise AssertionError(f"no XLA compilation of the train step in worker {pid}'s lines (JAX_LOG_COMPILES unset?)")
 
 
+def kept_step_seconds(killed: dict[int, float], resumed: dict[int, float], restored: int) -> float:
+    """MaxText's step seconds of the steps a killed run kept: the killed group's up to the checkpoint the next
+    group restored, then all of the resumed group's (the productive bucket, less saves inside the loop)."""
+    return sum(s for n, s in killed.items() if n <= restored) + sum(resumed.values())
+
+
 def maxtext_step_seconds(tensorboard_dir: Path | str) -> list[dict[int, float]]:
     """MaxText's own ``perf/step_time_seconds`` per step, one map per event file (one per worker group that
     wrote any), in the order they were written."""

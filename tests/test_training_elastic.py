@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from tests.test_training_local_job import reported_losses
-from tests.drill import jax_compile_seconds, kill_a_worker, maxtext_step_seconds
+from tests.drill import jax_compile_seconds, kept_step_seconds, kill_a_worker, maxtext_step_seconds
 from training.driver.local_ray import LocalRayHead
 
 STEPS = 16
@@ -118,7 +118,7 @@ def test_goodput_counts_the_restart_as_recovery_and_the_steps_run_again_as_lost_
         buckets, rerun_s)
     # Productive: the kept steps' recorded seconds (the killed group's up to the restored checkpoint, then the
     # resumed group's), less what saves inside the loop blocked.
-    kept_s = sum(s for n, s in killed.items() if n <= restored) + sum(resumed.values())
+    kept_s = kept_step_seconds(killed, resumed, restored)
     assert kept_s - buckets["checkpoint_save"] - 0.02 <= buckets["productive"] <= kept_s + 0.02, (buckets, kept_s)
     # Compilation is the first group's; JAX timed it itself (a restart's is part of the recovery).
     rank0 = {r: p for p, r in drill.killed_group.ranks.items()}[0]
