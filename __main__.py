@@ -1,27 +1,27 @@
 """The stack: DCN networks, a GKE cluster, one node pool per TPU slice, storage, and the RayCluster (or the spec of the one each run brings).
 
 Everything is driven by the stack's config (``Pulumi.<stack>.yaml``), validated
-once by :func:`stack.config.parse_stack_config` before any resource is
+once by :func:`gke_ray_tpu.stack.config.parse_stack_config` before any resource is
 registered; the planned training run is checked next, then GkeRayCluster checks
 what GKE offers (or the existing cluster) before it registers anything. The
-exports are what ``python -m training.submit`` reads.
+exports are what ``python -m gke_ray_tpu.training.submit`` reads.
 """
 
 import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from components.dcn_networks import DcnNetworks, DcnNetworksArgs
-from components.gcs_workload_identity import GcsWorkloadIdentity, GcsWorkloadIdentityArgs
-from components.gke_cluster import GkeRayCluster, GkeRayClusterArgs
-from components.maxtext_run import MaxTextRun
-from components.ray_manifests import DASHBOARD_PORT
-from components.ray_tpu_cluster import RayTpuCluster, served_kuberay
-from components.tpu_slice_node_pool import TpuSliceNodePool, TpuSliceNodePoolArgs
-from core.job_spec import bucket_url
-from stack.component_keys import config_keys
-from stack.config import config_key, parse_stack_config, raw_pulumi_config
-from stack.preflight import check_declared_runs, check_idle_cost, check_planned_run, check_ray_image, check_recreated_slices
+from gke_ray_tpu.components.dcn_networks import DcnNetworks, DcnNetworksArgs
+from gke_ray_tpu.components.gcs_workload_identity import GcsWorkloadIdentity, GcsWorkloadIdentityArgs
+from gke_ray_tpu.components.gke_cluster import GkeRayCluster, GkeRayClusterArgs
+from gke_ray_tpu.components.maxtext_run import MaxTextRun
+from gke_ray_tpu.components.ray_manifests import DASHBOARD_PORT
+from gke_ray_tpu.components.ray_tpu_cluster import RayTpuCluster, served_kuberay
+from gke_ray_tpu.components.tpu_slice_node_pool import TpuSliceNodePool, TpuSliceNodePoolArgs
+from gke_ray_tpu.core.job_spec import bucket_url
+from gke_ray_tpu.stack.component_keys import config_keys
+from gke_ray_tpu.stack.config import config_key, parse_stack_config, raw_pulumi_config
+from gke_ray_tpu.stack.preflight import check_declared_runs, check_idle_cost, check_planned_run, check_ray_image, check_recreated_slices
 
 cfg = parse_stack_config(raw_pulumi_config())
 # Sharding, HBM and cost of the planned training run, before any TPU is paid for.

@@ -1,7 +1,7 @@
 """XLA's HBM figures for a run with and without the XLA flags the TPU pods get, side by side.
 
-The compile check (``stack.xla_check``) compiles a run under the dev stack's
-pods' ``LIBTPU_INIT_ARGS`` (``stack.xla_check.pod_flags``); this bench compiles
+The compile check (``gke_ray_tpu.stack.xla_check``) compiles a run under the dev stack's
+pods' ``LIBTPU_INIT_ARGS`` (``gke_ray_tpu.stack.xla_check.pod_flags``); this bench compiles
 the same jobs a second time with no flags at all, as the check did before, so
 the two peaks stand in one table, with each compile's wall time and peak RSS.
 Then what an unchanged run costs: a cached answer, and the preview command with
@@ -25,13 +25,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from components.ray_manifests import TUTORIAL_XLA_FLAGS  # noqa: E402
-from core.job_spec import DATA_MOUNT, build_job  # noqa: E402
-from core.presets import get_preset  # noqa: E402
-from core.tpu_catalogue import slice_shape  # noqa: E402
-from stack.config import parse_stack_config  # noqa: E402
-from stack.mock_engine import load_stack_file  # noqa: E402
-from stack.xla_check import XlaResult, compile_check, pod_flags, request_for_job  # noqa: E402
+from gke_ray_tpu.components.ray_manifests import TUTORIAL_XLA_FLAGS  # noqa: E402
+from gke_ray_tpu.core.job_spec import DATA_MOUNT, build_job  # noqa: E402
+from gke_ray_tpu.core.presets import get_preset  # noqa: E402
+from gke_ray_tpu.core.tpu_catalogue import slice_shape  # noqa: E402
+from gke_ray_tpu.stack.config import parse_stack_config  # noqa: E402
+from gke_ray_tpu.stack.mock_engine import load_stack_file  # noqa: E402
+from gke_ray_tpu.stack.xla_check import XlaResult, compile_check, pod_flags, request_for_job  # noqa: E402
 
 RUNS: dict[str, tuple[str, dict]] = {
     # name: (preset, overrides), on the dev stack's 2 x v6e-16
@@ -96,7 +96,7 @@ def unchanged_run(requests: list, repeats: int) -> None:
             compile_check(request, progress=_quiet)
             hits.append((time.perf_counter() - started) * 1000)
     print(f"\nA cached answer: median {statistics.median(hits):.1f} ms, max {max(hits):.1f} ms ({len(hits)} look-ups)")
-    command = [sys.executable, "-m", "stack.preview", "--section", "training"]
+    command = [sys.executable, "-m", "gke_ray_tpu.stack.preview", "--section", "training"]
     seconds: dict[bool, list[float]] = {False: [], True: []}
     for _ in range(repeats):
         for compile_too in (False, True):
@@ -104,7 +104,7 @@ def unchanged_run(requests: list, repeats: int) -> None:
             subprocess.run(command + ["--compile"] * compile_too, cwd=REPO, check=True, capture_output=True)
             seconds[compile_too].append(time.perf_counter() - started)
     plain, cached = (statistics.median(seconds[flag]) for flag in (False, True))
-    print(f"python -m stack.preview --section training: {plain:.2f} s; with --compile, answered from the cache: "
+    print(f"python -m gke_ray_tpu.stack.preview --section training: {plain:.2f} s; with --compile, answered from the cache: "
           f"{cached:.2f} s ({cached / plain:.2f}x; median of {repeats})")
 
 

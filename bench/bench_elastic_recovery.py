@@ -50,7 +50,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.drill import kill_a_worker  # noqa: E402
-from training.driver.local_ray import LocalRayHead, LocalRayNode  # noqa: E402
+from gke_ray_tpu.training.driver.local_ray import LocalRayHead, LocalRayNode  # noqa: E402
 
 
 def clock(epoch: float) -> str:

@@ -1,16 +1,16 @@
 """The HBM estimate against XLA's compiler: estimate, XLA's peak and their ratio, side by side.
 
 Each configuration is a job built as the submit command builds it
-(``core.job_spec.build_job``), compiled by the compile check
-(``stack.xla_check``, MaxText's AOT train_compile with libtpu on this CPU) for
-its slices, and estimated by ``core.estimates.memory`` for the same slices. For
+(``gke_ray_tpu.core.job_spec.build_job``), compiled by the compile check
+(``gke_ray_tpu.stack.xla_check``, MaxText's AOT train_compile with libtpu on this CPU) for
+its slices, and estimated by ``gke_ray_tpu.core.estimates.memory`` for the same slices. For
 a run XLA refuses, its figure is what it says it would need. Results land in
 the compile check's cache, so a second run of the bench prints at once.
 
     .venv/bin/python bench/bench_estimates.py [--group in-sample|held-out] [--only NAME ...]
 
 Three groups, reported apart. In-sample: the eleven Llama 3 runs whose ratios set
-``core.estimates.memory.ESTIMATE_OVER_XLA``. Seen: seven runs first held out, whose
+``gke_ray_tpu.core.estimates.memory.ESTIMATE_OVER_XLA``. Seen: seven runs first held out, whose
 misses then shaped the estimate's output-head term. Held-out: seven runs chosen and
 compiled after both were set, used for neither: other model families (each model's
 shape read from the installed MaxText's ``configs/models/<model_name>.yml``),
@@ -28,10 +28,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core.estimates.memory import OUTPUT_HEAD, estimate_hbm_from_config  # noqa: E402
-from core.job_spec import DATA_MOUNT, build_job  # noqa: E402
-from core.presets import get_preset  # noqa: E402
-from stack.xla_check import compile_check, request_for_job  # noqa: E402
+from gke_ray_tpu.core.estimates.memory import OUTPUT_HEAD, estimate_hbm_from_config  # noqa: E402
+from gke_ray_tpu.core.job_spec import DATA_MOUNT, build_job  # noqa: E402
+from gke_ray_tpu.core.presets import get_preset  # noqa: E402
+from gke_ray_tpu.stack.xla_check import compile_check, request_for_job  # noqa: E402
 
 V5P_MESH = {"ici_fsdp_parallelism": 2, "ici_tensor_parallelism": 4}
 """v5p 2x2x2 is 8 chips: the presets' 4 x 4 inside a slice becomes 2 x 4."""

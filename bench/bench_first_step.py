@@ -4,7 +4,7 @@ One local Ray head (its start is timed too), then the same tiny-preset job twice
 with the same base_output_directory, so the second run finds the compiled
 programs the first one cached (MaxText's jax_cache_dir). Each run is split at
 the moments its log shows, from the submission (``submit_job``, which packages
-and uploads ``core/`` and ``training/``):
+and uploads ``gke_ray_tpu/core/`` and ``gke_ray_tpu/training/``):
 
 * job up: the Ray Train controller's first "Started training worker group" line
   (the job's driver process started and imported Ray Train, workers were placed);
@@ -45,11 +45,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core.job_spec import submission_id_for  # noqa: E402
-from training.driver.jobs_client import JobsApi  # noqa: E402
-from training.driver.local_ray import LocalRayHead  # noqa: E402
-from training.driver.request import SubmitRequest  # noqa: E402
-from training.driver.submission import LOCAL_WORKERS, for_local  # noqa: E402
+from gke_ray_tpu.core.job_spec import submission_id_for  # noqa: E402
+from gke_ray_tpu.training.driver.jobs_client import JobsApi  # noqa: E402
+from gke_ray_tpu.training.driver.local_ray import LocalRayHead  # noqa: E402
+from gke_ray_tpu.training.driver.request import SubmitRequest  # noqa: E402
+from gke_ray_tpu.training.driver.submission import LOCAL_WORKERS, for_local  # noqa: E402
 
 _STAMP = re.compile(r"\(RayTrainWorker pid=(\d+)\)\S*\s+[IWEF](\d{4} \d{2}:\d{2}:\d{2}\.\d{6}) ")
 _RANK = re.compile(r"- \(ip=[^,)]+, pid=(\d+)\) world_rank=0")
@@ -80,7 +80,7 @@ def rank0_times(log: str) -> dict[str, float]:
 SERIAL_CHAIN = (
     # (process, what it imports before it can start the next one)
     ("job supervisor", "ray.dashboard.modules.job.job_supervisor"),
-    ("job driver (the trainer)", "training.worker.trainer, ray.train.v2.jax"),
+    ("job driver (the trainer)", "gke_ray_tpu.training.worker.trainer, ray.train.v2.jax"),
     ("Ray Train controller", "ray.train.v2._internal.execution.controller.controller"),
     ("Ray Train worker, rank 0", "ray.train.v2._internal.execution.worker_group.worker"),
 )
@@ -122,7 +122,7 @@ def cpu_by_process() -> dict[int, tuple[str, float]]:
             continue
         if command.startswith("ray::"):
             name = command.split()[0].split(".")[0]
-        elif "training.worker.trainer" in command:
+        elif "gke_ray_tpu.training.worker.trainer" in command:
             name = "job driver"
         else:
             continue

@@ -1,10 +1,10 @@
 """The goodput of the local run and of the kill drill, each bucket beside the record it can be checked against.
 
 Runs, on one local Ray head whose workers log JAX's own compile times
-(``JAX_LOG_COMPILES=1``): the local job (``python -m training.submit --local``)
+(``JAX_LOG_COMPILES=1``): the local job (``python -m gke_ray_tpu.training.submit --local``)
 twice in one output directory, so the second finds the first's compilation cache,
 then the kill drill of ``tests/drill.py`` (16 steps, checkpoint period 4, rank 0
-SIGKILLed). For each it prints the buckets ``training.report`` lays the wall time
+SIGKILLed). For each it prints the buckets ``gke_ray_tpu.training.report`` lays the wall time
 into, and beside them what the accounting does not read: MaxText's per-step
 seconds in its event files (productive), JAX's compile timings from the checkpoint
 lookup to the train step's XLA compilation (compilation), the drill's own clock
@@ -33,10 +33,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.drill import jax_compile_seconds, kept_step_seconds, kill_a_worker, maxtext_step_seconds  # noqa: E402
-from training import report  # noqa: E402
-from training.driver.local_ray import LocalRayHead  # noqa: E402
-from training.driver.progress import Progress  # noqa: E402
-from training.goodput import BUCKETS, LABELS  # noqa: E402
+from gke_ray_tpu.training import report  # noqa: E402
+from gke_ray_tpu.training.driver.local_ray import LocalRayHead  # noqa: E402
+from gke_ray_tpu.training.driver.progress import Progress  # noqa: E402
+from gke_ray_tpu.training.goodput import BUCKETS, LABELS  # noqa: E402
 
 JAX_LINE = "dispatch.py:"
 """Where JAX's compile-time lines come from (absl's file:line)."""
@@ -67,7 +67,7 @@ def show(title: str, result, checks: list[tuple[str, str]]) -> None:
 
 def local_run(head: LocalRayHead, out: Path, name: str) -> None:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "training.submit", "--local", "--address", head.address,
+    done = subprocess.run([sys.executable, "-m", "gke_ray_tpu.training.submit", "--local", "--address", head.address,
                            "--output-dir", str(out), f"run_name={name}"],
                           cwd=REPO, capture_output=True, text=True, timeout=900, env={**os.environ, **head.address_env})
     wall = time.monotonic() - started

@@ -30,7 +30,7 @@ COMMANDS = {
         " k.Provider, k.core.v1.ServiceAccount, k.core.v1.Namespace, k.meta.v1.ObjectMetaArgs,"
         " k.resource.v1.ResourceClaimTemplate, k.apiextensions.CustomResource]",
     ],
-    "python -m stack.preview (dev stack)": [sys.executable, "-m", "stack.preview", "--stack", "dev"],
+    "python -m gke_ray_tpu.stack.preview (dev stack)": [sys.executable, "-m", "gke_ray_tpu.stack.preview", "--stack", "dev"],
 }
 
 

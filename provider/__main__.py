@@ -2,7 +2,7 @@
 
 pulumi-language-python starts a plugin as ``<venv>/bin/python <plugin dir> <engine address>``
 with the consumer's project as working directory, so only this folder is on sys.path.
-The components (``components/``, and the ``core/`` they import) sit one level up, so
+The components (``gke_ray_tpu/components/``, and the ``gke_ray_tpu/core/`` they import) sit one level up, so
 the repository root is put on sys.path before they are imported. Nothing may print to
 stdout here: the host's only stdout line is the gRPC port the engine reads.
 """
@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pulumi.provider.experimental import component_provider_host  # noqa: E402
 
-from core import REPO_ROOT  # noqa: E402
-from components import (  # noqa: E402
+from gke_ray_tpu.core import REPO_ROOT  # noqa: E402
+from gke_ray_tpu.components import (  # noqa: E402
     DcnNetworks,
     GcsWorkloadIdentity,
     GkeRayCluster,

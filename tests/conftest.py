@@ -21,14 +21,14 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.fixture(scope="session")
 def dev_config() -> dict[str, str]:
-    from stack.mock_engine import load_stack_file
+    from gke_ray_tpu.stack.mock_engine import load_stack_file
 
     return load_stack_file(REPO_ROOT / "Pulumi.dev.yaml")
 
 
 @pytest.fixture(scope="session")
 def dev_run(dev_config):
-    from stack.mock_engine import run_offline
+    from gke_ray_tpu.stack.mock_engine import run_offline
 
     return run_offline(dev_config)
 
@@ -48,6 +48,6 @@ def with_keys(config: dict[str, str], **changes: str | None) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def run_stack(dev_config):
     """Run the program on the dev config with some keys changed (None removes a key)."""
-    from stack.mock_engine import run_offline
+    from gke_ray_tpu.stack.mock_engine import run_offline
 
     return lambda **changes: run_offline(with_keys(dev_config, **changes))

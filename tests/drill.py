@@ -1,6 +1,6 @@
 """Fault drill: SIGKILL one training worker of a running local elastic job, watch it recover.
 
-``kill_a_worker`` runs ``python -m training.submit --local --elastic`` against a
+``kill_a_worker`` runs ``python -m gke_ray_tpu.training.submit --local --elastic`` against a
 Ray head (the same command a user runs), finds the pid of one rank's worker
 (Ray's state API: an alive RayTrainWorker actor), waits until the latest
 committed checkpoint ``c`` is at least ``checkpoint_period`` and the last
@@ -8,7 +8,7 @@ logged step is in ``(c, c + checkpoint_period - 1)``, SIGKILLs that pid, and
 waits for the job to end. (The log trails the computation by a step, and after
 the window the save of the next checkpoint, asynchronous as MaxText's default
 is, may be in flight: a kill there may lose more than a period.) What
-happened is read back from the job's log (``training.driver.progress``) and the
+happened is read back from the job's log (``gke_ray_tpu.training.driver.progress``) and the
 checkpoint directory. ``tests/test_training_elastic.py`` asserts on it;
 ``bench/bench_elastic_recovery.py`` times it.
 
@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from core.job_spec import bucket_url, submission_id_for
-from training.driver.local_ray import LocalRayHead, LocalRayNode
-from training.driver.progress import WORKER_PID, Progress
-from training.driver.timeline import ABSL_TIME
+from gke_ray_tpu.core.job_spec import bucket_url, submission_id_for
+from gke_ray_tpu.training.driver.local_ray import LocalRayHead, LocalRayNode
+from gke_ray_tpu.training.driver.progress import WORKER_PID, Progress
+from gke_ray_tpu.training.driver.timeline import ABSL_TIME
 from tests.conftest import REPO_ROOT
 _XLA_COMPILE = re.compile(r"Finished XLA compilation of \S+ in ([0-9.]+) sec")
 _JAX_TIMED = re.compile(r"Finished (?:tracing \S+ for jit|jaxpr to MLIR module conversion \S+|XLA compilation of \S+) in ([0-9.]+) sec")
@@ -158,7 +158,7 @@ def maxtext_step_seconds(tensorboard_dir: Path | str) -> list[dict[int, float]]:
     import fsspec
     from tensorboardX.proto import event_pb2
 
-    from training.report import _records
+    from gke_ray_tpu.training.report import _records
 
     fs, root = fsspec.core.url_to_fs(str(tensorboard_dir))
     out = []
@@ -206,7 +206,7 @@ def kill_a_worker(head: LocalRayHead, out_dir: Path, run_name: str, steps: int, 
     deadline = started + timeout_s
     with open(err_path, "w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "training.submit", "--local", "--elastic", "--address", head.address,
+            [sys.executable, "-m", "gke_ray_tpu.training.submit", "--local", "--elastic", "--address", head.address,
              "--output-dir", str(out_dir), f"steps={steps}", f"checkpoint_period={checkpoint_period}",
              *PACED_MODEL, *written, f"run_name={run_name}"],
             cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=err, text=True, env=env,

@@ -33,15 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from core.job_spec import TRAINER_MODULE, submission_id_for
-from core.presets import get_preset
-from training.driver.errors import ClusterError
-from training.driver.local_ray import LocalRayHead, LocalRayNode, Started
-from training.driver.progress import WORKER_PID, Progress
-from training.driver.request import SubmitRequest
-from training.driver.stack_outputs import StackOutputs, from_mapping
-from training.driver.submission import Submission, for_cluster
-from training.worker.trainer import TPU_HOST_LINE
+from gke_ray_tpu.core.job_spec import TRAINER_MODULE, submission_id_for
+from gke_ray_tpu.core.presets import get_preset
+from gke_ray_tpu.training.driver.errors import ClusterError
+from gke_ray_tpu.training.driver.local_ray import LocalRayHead, LocalRayNode, Started
+from gke_ray_tpu.training.driver.progress import WORKER_PID, Progress
+from gke_ray_tpu.training.driver.request import SubmitRequest
+from gke_ray_tpu.training.driver.stack_outputs import StackOutputs, from_mapping
+from gke_ray_tpu.training.driver.submission import Submission, for_cluster
+from gke_ray_tpu.training.worker.trainer import TPU_HOST_LINE
 from tests.conftest import REPO_ROOT, with_keys
 from tests.drill import PACED_MODEL, Drill, committed_checkpoints
 
@@ -77,7 +77,7 @@ class TpuStack:
 
 def tpu_stack(**keys: str | None) -> TpuStack:
     """The dev stack with ``keys`` changed, run offline; its TPU worker group and outputs."""
-    from stack.mock_engine import load_stack_file, run_offline
+    from gke_ray_tpu.stack.mock_engine import load_stack_file, run_offline
 
     run = run_offline(with_keys(load_stack_file(REPO_ROOT / "Pulumi.dev.yaml"), **keys))
     # A held stack's RayCluster, or on a stack that scales to zero the cluster each run brings.
@@ -97,7 +97,7 @@ def tpu_stack(**keys: str | None) -> TpuStack:
 
 def webhook_env(outputs: StackOutputs, slice_name: str, worker_id: int) -> dict[str, str]:
     """What GKE's TPU webhook sets on the pod of host ``worker_id`` of slice ``slice_name``."""
-    from core.tpu_catalogue import slice_shape
+    from gke_ray_tpu.core.tpu_catalogue import slice_shape
 
     shape = slice_shape(outputs.tpu_generation, outputs.topology)
     return {"TPU_NAME": slice_name, "TPU_WORKER_ID": str(worker_id), "TPU_ACCELERATOR_TYPE": shape.pod_type,
@@ -190,8 +190,8 @@ def submission(stack: TpuStack, out_dir: Path, run_name: str, **request: object)
     if made.code_files is not None:
         # A stack that scales to zero: the job imports the code archive the submit command uploads (and checks it
         # first); the bucket's /data mount is this directory.
-        from core.code_archive import archive_object, archive_zip, digest
-        from core.job_spec import DATA_MOUNT
+        from gke_ray_tpu.core.code_archive import archive_object, archive_zip, digest
+        from gke_ray_tpu.core.job_spec import DATA_MOUNT
 
         obj = archive_object(digest(made.code_files))
         (out_dir / obj).parent.mkdir(parents=True, exist_ok=True)
@@ -207,7 +207,7 @@ def submission(stack: TpuStack, out_dir: Path, run_name: str, **request: object)
 
 def elastic_job(stack: TpuStack, out_dir: Path, run_name: str, steps: int, checkpoint_period: int) -> Submission:
     """The elastic job (1 slice up to all of them) of the drill's paced model, so a kill window shows in the log."""
-    from core.maxtext import parse_value
+    from gke_ray_tpu.core.maxtext import parse_value
 
     paced = {key: parse_value(value) for key, value in (item.split("=", 1) for item in PACED_MODEL)}
     return submission(stack, out_dir, run_name, elastic=True,
@@ -216,7 +216,7 @@ def elastic_job(stack: TpuStack, out_dir: Path, run_name: str, steps: int, check
 
 def submit(head: LocalRayHead, job: Submission, env_vars: Mapping[str, str] = ()) -> str:
     """Submit ``job`` as the submit command does (``JobsApi.submit``), with more ``env_vars``; its id."""
-    from training.driver.jobs_client import JobsApi
+    from gke_ray_tpu.training.driver.jobs_client import JobsApi
 
     runtime_env = {**job.runtime_env, "env_vars": {**job.runtime_env["env_vars"], **dict(env_vars)}}
     sid = submission_id_for(job.spec.run_name)
@@ -243,7 +243,7 @@ _ITEM = re.compile(r"(\w+)=(\S*)")
 
 @dataclass(frozen=True)
 class Host:
-    """What one TPU worker of one worker group reported (``training.worker.trainer``'s TPU_HOST_LINE)."""
+    """What one TPU worker of one worker group reported (``gke_ray_tpu.training.worker.trainer``'s TPU_HOST_LINE)."""
 
     pid: int
     rank: int
@@ -277,10 +277,10 @@ def read_job(head: LocalRayHead, sid: str) -> tuple[str, Progress]:
 def lose_a_slice(cluster: FakeTpuCluster, job: Submission, lost: str, timeout_s: float) -> Drill:
     """Run the elastic ``job`` on ``cluster`` and SIGKILL every host of slice ``lost`` once a checkpoint of step
     ``checkpoint_period`` or later is committed and a later step is logged; wait for the job to end and save its
-    log and record where ``training.report`` reads them (as the submit command does)."""
-    from training.driver.jobs_client import JobsApi
-    from training.driver.run_files import JOB_LOG
-    from training.submit import _job_record
+    log and record where ``gke_ray_tpu.training.report`` reads them (as the submit command does)."""
+    from gke_ray_tpu.training.driver.jobs_client import JobsApi
+    from gke_ray_tpu.training.driver.run_files import JOB_LOG
+    from gke_ray_tpu.training.submit import _job_record
 
     period = int(job.spec.maxtext["checkpoint_period"])
     checkpoints = job.run_dir / "checkpoints"

@@ -331,8 +331,8 @@ class _FakeCore:
         ))
 
     def read_namespaced_secret(self, name, namespace):
-        """The token Secret KubeRay makes for each cluster with token auth (core.kuberay.auth_secret_name)."""
-        from core.kuberay import AUTH_TOKEN_KEY, auth_secret_name
+        """The token Secret KubeRay makes for each cluster with token auth (gke_ray_tpu.core.kuberay.auth_secret_name)."""
+        from gke_ray_tpu.core.kuberay import AUTH_TOKEN_KEY, auth_secret_name
 
         self.kube.secrets_read.append(name)
         for cluster in self.kube.clusters:

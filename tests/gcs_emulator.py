@@ -1,7 +1,7 @@
 """A Cloud Storage bucket on 127.0.0.1, for Orbax's ``gs://`` path: fake-gcs-server, optionally behind a proxy
 that holds one upload.
 
-``gs://`` is the path cluster runs write checkpoints to (``core.job_spec.DATA_MOUNT`` says why), and on it
+``gs://`` is the path cluster runs write checkpoints to (``gke_ray_tpu.core.job_spec.DATA_MOUNT`` says why), and on it
 Orbax behaves differently from a local directory: it writes a step in place and counts it only once
 ``commit_success.txt`` exists. To test that path here, every client MaxText and Orbax use is pointed at
 the emulator by :attr:`GcsEmulator.env`: google-cloud-storage and gcsfs (``STORAGE_EMULATOR_HOST``, which
@@ -38,7 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Optional
 
-from training.driver.local_ray import Started, free_ports
+from gke_ray_tpu.training.driver.local_ray import Started, free_ports
 
 CLOSED_PORT = "127.0.0.1:9"
 """Where Google's metadata server is looked for: a closed loopback port (discard), so a client that tries

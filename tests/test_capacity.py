@@ -7,15 +7,15 @@ import json
 import pytest
 import yaml
 
-from components.ray_tpu_cluster import spec_from_args
-from components.tpu_slice_node_pool import check_args
-from core.errors import ConfigError
-from core.job_spec import COLD_START_ENV_VARS, RUNTIME_ENV_VARS
-from core.kuberay import ray_job_problems
-from stack import preview
-from stack.config import parse_stack_config
-from stack.mock_engine import MockGke, OfflineRun, run_offline
-from stack.preflight import stack_costs
+from gke_ray_tpu.components.ray_tpu_cluster import spec_from_args
+from gke_ray_tpu.components.tpu_slice_node_pool import check_args
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.job_spec import COLD_START_ENV_VARS, RUNTIME_ENV_VARS
+from gke_ray_tpu.core.kuberay import ray_job_problems
+from gke_ray_tpu.stack import preview
+from gke_ray_tpu.stack.config import parse_stack_config
+from gke_ray_tpu.stack.mock_engine import MockGke, OfflineRun, run_offline
+from gke_ray_tpu.stack.preflight import stack_costs
 from tests.conftest import with_keys
 from tests.schemas import validate_ray_cluster, validate_ray_job
 from tests.test_stack_dev import NODE_POOL, RAYCLUSTER, RAYJOB, tpu_pools

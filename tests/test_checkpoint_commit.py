@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from components.gcs_workload_identity import DEFAULT_HIERARCHICAL_NAMESPACE
+from gke_ray_tpu.components.gcs_workload_identity import DEFAULT_HIERARCHICAL_NAMESPACE
 from tests.conftest import REPO_ROOT
 from tests.gcs_emulator import GcsEmulator
 
@@ -72,7 +72,7 @@ def test_the_tpu_workers_install_what_orbax_imports_on_a_hierarchical_bucket():
 
     from packaging.requirements import Requirement
 
-    from core.job_spec import DEFAULT_MAXTEXT_PACKAGE
+    from gke_ray_tpu.core.job_spec import DEFAULT_MAXTEXT_PACKAGE
 
     extra = Requirement(DEFAULT_MAXTEXT_PACKAGE).extras
     wanted = [r for r in map(Requirement, requires("maxtext")) if r.marker and any(

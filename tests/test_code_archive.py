@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from components.maxtext_run import ray_job
-from core.code_archive import archive_path, digest, package_files, sha256, verifier_command
-from core.job_spec import build_job
-from core.presets import get_preset
+from gke_ray_tpu.components.maxtext_run import ray_job
+from gke_ray_tpu.core.code_archive import archive_path, digest, package_files, sha256, verifier_command
+from gke_ray_tpu.core.job_spec import build_job
+from gke_ray_tpu.core.presets import get_preset
 from tests.test_stack_dev import RAYJOB
 
 
@@ -59,14 +59,14 @@ def test_a_tampered_archive_is_refused_before_anything_of_it_runs(files, tmp_pat
     kept = dict(files)
     extra: dict[str, bytes] = {}
     if tamper == "changed":
-        extra["training/worker/trainer.py"] = payload
-        del kept["training/worker/trainer.py"]
+        extra["gke_ray_tpu/training/worker/trainer.py"] = payload
+        del kept["gke_ray_tpu/training/worker/trainer.py"]
     elif tamper == "added":
         extra["sitecustomize.py"] = payload  # Python would run it at start-up from PYTHONPATH
     elif tamper == "duplicate":
-        extra["core/__init__.py"] = payload  # a second entry of a name: zipimport takes the last one
+        extra["gke_ray_tpu/core/__init__.py"] = payload  # a second entry of a name: zipimport takes the last one
     else:
-        del kept["core/errors.py"]
+        del kept["gke_ray_tpu/core/errors.py"]
     archive = build_archive(tmp_path / "tampered.zip", kept, extra)
     result = run_on_head(f"{verifier_command(str(archive), sha256(files))} && touch {marker}", archive, tmp_path)
     assert result.returncode != 0
@@ -89,7 +89,7 @@ def test_a_declared_runs_entry_point_checks_the_archive_it_puts_on_pythonpath(fi
     command = manifest["spec"]["entrypoint"]
     check, _, rest = command.partition(" && ")
     assert check == verifier_command(archive, sha256(files))
-    assert rest.startswith("python -m training.worker.trainer ")
+    assert rest.startswith("python -m gke_ray_tpu.training.worker.trainer ")
     assert f"PYTHONPATH: {archive}" in manifest["spec"]["runtimeEnvYAML"]
 
 

@@ -13,14 +13,14 @@ import shlex
 import pytest
 import yaml
 
-from core.errors import ConfigError
-from core.job_spec import COLD_START_ENV_VARS
-from stack.mock_engine import OfflineRun, run_offline
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.job_spec import COLD_START_ENV_VARS
+from gke_ray_tpu.stack.mock_engine import OfflineRun, run_offline
 from tests.test_declared_runs import BUCKET_OBJECT
 from tests.test_stack_dev import KSA, RAYCLUSTER, RAYJOB
 
 PROGRAM = """
-from components import GcsWorkloadIdentity, GcsWorkloadIdentityArgs, MaxTextRun, MaxTextRunArgs, RayTpuCluster, RayTpuClusterArgs
+from gke_ray_tpu.components import GcsWorkloadIdentity, GcsWorkloadIdentityArgs, MaxTextRun, MaxTextRunArgs, RayTpuCluster, RayTpuClusterArgs
 
 storage = GcsWorkloadIdentity("storage", GcsWorkloadIdentityArgs(
     bucket_name="team-ckpt", location="us-east5", project="my-project", project_number="123", namespace="training",

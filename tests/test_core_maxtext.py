@@ -1,4 +1,4 @@
-"""The MaxText vocabulary of core.maxtext against the installed MaxText, and its typed values."""
+"""The MaxText vocabulary of gke_ray_tpu.core.maxtext against the installed MaxText, and its typed values."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from core.errors import ConfigError
-from core.maxtext import BASE_DEFAULTS, DTYPES, OPTIMIZERS, REMAT_POLICIES, check_settings, parse_value, render
-from core.estimates.memory import MODELLED_REMAT_POLICIES
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.maxtext import BASE_DEFAULTS, DTYPES, OPTIMIZERS, REMAT_POLICIES, check_settings, parse_value, render
+from gke_ray_tpu.core.estimates.memory import MODELLED_REMAT_POLICIES
 
 
 def test_base_defaults_are_the_installed_base_yml():
@@ -69,7 +69,7 @@ def test_the_known_keys_and_models_are_the_installed_maxtexts():
 
     from maxtext.configs import types
 
-    from core.maxtext import installed
+    from gke_ray_tpu.core.maxtext import installed
 
     maxtext = installed()
     base = yaml.safe_load((resources.files("maxtext") / "configs" / "base.yml").read_text())
@@ -103,19 +103,19 @@ def test_what_maxtexts_loader_accepts_passes():
 
 
 def test_without_maxtext_only_the_values_are_checked(monkeypatch):
-    import core.maxtext
+    import gke_ray_tpu.core.maxtext
 
-    monkeypatch.setattr(core.maxtext, "installed", lambda: None)
+    monkeypatch.setattr(gke_ray_tpu.core.maxtext, "installed", lambda: None)
     check_settings({"stpes": 3, "model_name": "llama3-8B"})
     with pytest.raises(ConfigError):
         check_settings({"steps": 0})
 
 
 def test_a_preset_with_a_key_maxtext_lacks_is_refused(monkeypatch, tmp_path):
-    import core.presets
+    import gke_ray_tpu.core.presets
 
     (tmp_path / "typo.yml").write_text("description: d\nrun_name: r\nmaxtext:\n  stpes: 3\n")
-    monkeypatch.setattr(core.presets, "PRESET_DIR", tmp_path)
+    monkeypatch.setattr(gke_ray_tpu.core.presets, "PRESET_DIR", tmp_path)
     with pytest.raises(ConfigError) as error:
-        core.presets._load("typo")
+        gke_ray_tpu.core.presets._load("typo")
     assert error.value.key == "typo.yml: stpes" and "steps" in error.value.expected

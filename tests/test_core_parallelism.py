@@ -1,4 +1,4 @@
-"""The sharding check (core.parallelism), shared by the submit command, preview and the trainer."""
+"""The sharding check (gke_ray_tpu.core.parallelism), shared by the submit command, preview and the trainer."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from importlib import resources
 import pytest
 import yaml
 
-from core.errors import ConfigError
-from core.parallelism import AUTO, MAXTEXT_DEFAULTS, check_elastic, check_static, mesh_values
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.parallelism import AUTO, MAXTEXT_DEFAULTS, check_elastic, check_static, mesh_values
 
 TUTORIAL_8B = {"ici_fsdp_parallelism": "4", "ici_tensor_parallelism": "4"}
 TUTORIAL_70B = {**TUTORIAL_8B, "dcn_fsdp_parallelism": "2", "dcn_data_parallelism": "1"}

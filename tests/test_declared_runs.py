@@ -8,15 +8,15 @@ import shlex
 import pytest
 import yaml
 
-from components.maxtext_run import SUBMISSION_MODE
-from core.code_archive import package_files
-from core.errors import ConfigError
-from stack.mock_engine import OfflineRun, run_offline
+from gke_ray_tpu.components.maxtext_run import SUBMISSION_MODE
+from gke_ray_tpu.core.code_archive import package_files
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.stack.mock_engine import OfflineRun, run_offline
 from tests.schemas import validate_ray_job
 from tests.test_stack_dev import BUCKET, RAYCLUSTER, RAYJOB
-from training.driver.request import SubmitRequest
-from training.driver.stack_outputs import from_mapping
-from training.driver.submission import for_cluster
+from gke_ray_tpu.training.driver.request import SubmitRequest
+from gke_ray_tpu.training.driver.stack_outputs import from_mapping
+from gke_ray_tpu.training.driver.submission import for_cluster
 
 BUCKET_OBJECT = "gcp:storage/bucketObject:BucketObject"
 
@@ -53,7 +53,7 @@ def test_the_rayjob_runs_exactly_what_the_submit_command_would(dev_run, rayjob):
     archive = dev_run.one(BUCKET_OBJECT).inputs
     assert code == f"/data/{archive['name']}" and archive["name"].startswith("_code/gke-ray-tpu-")
     assert archive["bucket"] == "my-tpu-project-maxtext-checkpoints" and archive["contentType"] == "application/zip"
-    assert sorted(archive["source"].assets) == sorted(package_files())  # core/ and training/, nothing else
+    assert sorted(archive["source"].assets) == sorted(package_files())  # gke_ray_tpu/core/ and gke_ray_tpu/training/, nothing else
     assert dev_run.outputs["runs"] == [{
         "name": "baseline-8b", "submissionId": rayjob["spec"]["jobId"],
         "checkpointDir": "gs://my-tpu-project-maxtext-checkpoints/baseline-8b/checkpoints",

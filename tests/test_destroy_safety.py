@@ -51,7 +51,7 @@ def test_an_existing_hierarchical_bucket_is_kept_and_the_preview_says_so(dev_con
     """Cloud Storage cannot convert a bucket and the provider would replace it: create-before-delete
     on a taken name fails, and retain_on_delete would orphan the checkpoints. The stack ignores the
     setting for an existing bucket, reports what it has, and warns."""
-    from stack.mock_engine import MockGke, run_offline
+    from gke_ray_tpu.stack.mock_engine import MockGke, run_offline
 
     run = run_offline(dev_config, gke=MockGke(existing_state=HNS_BUCKET))
     bucket = run.one(BUCKET)
@@ -68,7 +68,7 @@ def test_an_existing_hierarchical_bucket_is_kept_and_the_preview_says_so(dev_con
 
 
 def test_the_namespace_setting_is_a_boolean(run_stack):
-    from core.errors import ConfigError
+    from gke_ray_tpu.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="bucketHierarchicalNamespace='yes'"):
         run_stack(bucketHierarchicalNamespace="yes")

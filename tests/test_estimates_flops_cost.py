@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import ConfigError
-from core.estimates import (
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.estimates import (
     DEFAULT_MFU,
     chip_price,
     cost_per_hour,
@@ -13,7 +13,7 @@ from core.estimates import (
     estimate_step_time,
     training_tflops_per_device,
 )
-from core.tpu_catalogue import slice_shape
+from gke_ray_tpu.core.tpu_catalogue import slice_shape
 
 V6E_4X4 = slice_shape("v6e", "4x4")
 

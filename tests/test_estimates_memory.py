@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import ConfigError
-from core.estimates import ESTIMATE_OVER_XLA, MODELLED_REMAT_POLICIES, NoEstimate, estimate_hbm, estimate_hbm_from_config
-from core.estimates.memory import OUTPUT_HEAD, HbmBreakdown
-from core.tpu_catalogue import slice_shape
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.estimates import ESTIMATE_OVER_XLA, MODELLED_REMAT_POLICIES, NoEstimate, estimate_hbm, estimate_hbm_from_config
+from gke_ray_tpu.core.estimates.memory import OUTPUT_HEAD, HbmBreakdown
+from gke_ray_tpu.core.tpu_catalogue import slice_shape
 
 V6E_4X4 = slice_shape("v6e", "4x4")
 TOL = 1e-3  # GiB

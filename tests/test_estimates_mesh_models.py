@@ -9,12 +9,12 @@ import sys
 import pytest
 import yaml
 
-from core.errors import ConfigError
-from core.estimates import COMPILE_CHECK, NoEstimate, get_model, model_shape, modelled_models, resolve_mesh
-from core.estimates.mesh import check_kv_head_sharding
-from core.job_spec import build_job
-from core.maxtext import installed
-from core.presets import get_preset
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.estimates import COMPILE_CHECK, NoEstimate, get_model, model_shape, modelled_models, resolve_mesh
+from gke_ray_tpu.core.estimates.mesh import check_kv_head_sharding
+from gke_ray_tpu.core.job_spec import build_job
+from gke_ray_tpu.core.maxtext import installed
+from gke_ray_tpu.core.presets import get_preset
 from tests.conftest import REPO_ROOT
 
 
@@ -138,7 +138,7 @@ def test_maxtext_defaults_fill_fsdp_and_dcn_data():
 def test_ici_product_must_match_chips():
     with pytest.raises(ConfigError) as e:
         resolve_mesh({"ici_fsdp_parallelism": 4, "ici_tensor_parallelism": 8}, 16, 2)
-    # The sharding check (core.parallelism) names the keys and shows the numbers.
+    # The sharding check (gke_ray_tpu.core.parallelism) names the keys and shows the numbers.
     assert e.value.key == "ici_fsdp_parallelism*ici_tensor_parallelism"
     assert e.value.value == "4*8=32"
 
@@ -177,8 +177,8 @@ def test_unknown_parallelism_key_and_bad_value():
 def test_reading_shapes_from_maxtext_imports_neither_maxtext_nor_jax():
     """The estimate runs inside pulumi preview: MaxText's configs are read as files, never imported."""
     code = (
-        "import sys; from core.estimates import estimate_hbm_from_config, modelled_models;"
-        "from core.tpu_catalogue import slice_shape;"
+        "import sys; from gke_ray_tpu.core.estimates import estimate_hbm_from_config, modelled_models;"
+        "from gke_ray_tpu.core.tpu_catalogue import slice_shape;"
         "estimate_hbm_from_config({'model_name': 'mistral-7b'}, slice_shape('v6e', '4x4'), 2); modelled_models();"
         "print(sorted(m for m in ('jax', 'maxtext') if m in sys.modules) or 'none')"
     )

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.estimates import MODELLED_REMAT_POLICIES, estimate_hbm, modelled_models
-from core.tpu_catalogue import slice_shape
+from gke_ray_tpu.core.estimates import MODELLED_REMAT_POLICIES, estimate_hbm, modelled_models
+from gke_ray_tpu.core.tpu_catalogue import slice_shape
 
 V6E_4X4 = slice_shape("v6e", "4x4")
 MESHES = st.sampled_from(

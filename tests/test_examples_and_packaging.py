@@ -7,7 +7,7 @@ import subprocess
 import sys
 import zipfile
 
-from stack.mock_engine import load_stack_file, run_offline
+from gke_ray_tpu.stack.mock_engine import load_stack_file, run_offline
 from tests.conftest import REPO_ROOT
 
 EXAMPLE = REPO_ROOT / "examples" / "tpu-slices-on-existing-cluster"
@@ -44,25 +44,25 @@ def test_wheel_ships_every_package_and_the_presets(tmp_path):
     (wheel,) = tmp_path.glob("gke_ray_tpu-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for expected in (
-        "components/__init__.py",
-        "components/dcn_networks.py",
-        "components/tpu_slice_node_pool.py",
-        "components/gcs_workload_identity.py",
-        "components/ray_tpu_cluster.py",
-        "core/tpu_catalogue.py",
-        "core/presets/llama3-8b.yml",
-        "stack/config.py",
-        "training/worker/trainer.py",
+        "gke_ray_tpu/components/__init__.py",
+        "gke_ray_tpu/components/dcn_networks.py",
+        "gke_ray_tpu/components/tpu_slice_node_pool.py",
+        "gke_ray_tpu/components/gcs_workload_identity.py",
+        "gke_ray_tpu/components/ray_tpu_cluster.py",
+        "gke_ray_tpu/core/tpu_catalogue.py",
+        "gke_ray_tpu/core/presets/llama3-8b.yml",
+        "gke_ray_tpu/stack/config.py",
+        "gke_ray_tpu/training/worker/trainer.py",
     ):
         assert expected in names
     assert not [n for n in names if n.startswith("tests/") or n.endswith(".json")]  # test data stays out
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target), str(wheel)], check=True)
     code = (
-        "from components import DcnNetworks, TpuSliceNodePool, GcsWorkloadIdentity, RayTpuCluster;"
-        "from core.presets import PRESETS; print(sorted(PRESETS) == ['llama3-70b', 'llama3-8b', 'llama3-8b-elastic', 'tiny-cpu'], DcnNetworks.__module__)"
+        "from gke_ray_tpu.components import DcnNetworks, TpuSliceNodePool, GcsWorkloadIdentity, RayTpuCluster;"
+        "from gke_ray_tpu.core.presets import PRESETS; print(sorted(PRESETS) == ['llama3-70b', 'llama3-8b', 'llama3-8b-elastic', 'tiny-cpu'], DcnNetworks.__module__)"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target)}, capture_output=True, text=True, check=True
     )
-    assert result.stdout.split() == ["True", "components.dcn_networks"]
+    assert result.stdout.split() == ["True", "gke_ray_tpu.components.dcn_networks"]

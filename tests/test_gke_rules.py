@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 
 import pytest
 
-from components.gcs_workload_identity import check_args as check_storage_args
-from components.ray_manifests import port_use
-from components.ray_tpu_cluster import spec_from_args
-from core.errors import ConfigError
-from core.kuberay import auth_secret_name, supports_flat_resource_claims, supports_token_auth
-from stack.component_keys import config_keys
-from stack.config import parse_stack_config
-from stack.mock_engine import MOCK_CHANNEL_VERSIONS, MockGke, OfflineRun, run_offline
+from gke_ray_tpu.components.gcs_workload_identity import check_args as check_storage_args
+from gke_ray_tpu.components.ray_manifests import port_use
+from gke_ray_tpu.components.ray_tpu_cluster import spec_from_args
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.kuberay import auth_secret_name, supports_flat_resource_claims, supports_token_auth
+from gke_ray_tpu.stack.component_keys import config_keys
+from gke_ray_tpu.stack.config import parse_stack_config
+from gke_ray_tpu.stack.mock_engine import MOCK_CHANNEL_VERSIONS, MockGke, OfflineRun, run_offline
 from tests.conftest import with_keys
 from tests.schemas import RAYCLUSTER_CRD
 from tests.test_stack_dev import CLUSTER, RAYCLUSTER, tpu_pools
-from training.driver.cluster_checks import check_kuberay
-from training.driver.errors import ClusterError
+from gke_ray_tpu.training.driver.cluster_checks import check_kuberay
+from gke_ray_tpu.training.driver.errors import ClusterError
 
 IDENTITY = {"bucket_name": "b", "ksa_name": "ray-tpu-ksa", "namespace": "default"}
 """A GcsWorkloadIdentity as RayTpuCluster sees it."""
@@ -72,7 +73,7 @@ def test_a_minor_the_channel_does_not_offer_and_one_below_the_dranet_floor(dev_c
 def test_without_dcn_networks_the_bucket_mount_options_set_the_floor(dev_config):
     """Google documents the RayCluster's GCS FUSE mount options from GKE 1.32.2-gke.1297001 (gcsfuse 3):
     below both DRANET minimums, so it binds only a stack without DCN networks."""
-    from core.gke import DRANET_MIN_VERSION, GCS_FUSE_TUNING_MIN_VERSION, parse_version
+    from gke_ray_tpu.core.gke import DRANET_MIN_VERSION, GCS_FUSE_TUNING_MIN_VERSION, parse_version
 
     floor = parse_version(GCS_FUSE_TUNING_MIN_VERSION, "floor")
     assert all(floor < parse_version(v, "dranet") for v in DRANET_MIN_VERSION.values())
@@ -187,7 +188,7 @@ def test_names_are_checked_under_the_key_they_come_from(dev_config, key, value, 
 
 
 def test_a_derived_firewall_name_over_63_is_refused_under_clustername():
-    from components.dcn_networks import check_name_prefix
+    from gke_ray_tpu.components.dcn_networks import check_name_prefix
 
     check_name_prefix("a" * 42, 2, key="gke-ray-tpu:clusterName")  # 42 + 21 = 63: fits
     with pytest.raises(ConfigError) as error:
@@ -199,16 +200,16 @@ def test_a_derived_firewall_name_over_63_is_refused_under_clustername():
     "keys, config_key, component_check, component_key, expected",
     [
         ({"capacity": "spot", "reservation": "r1"}, "gke-ray-tpu:reservation",
-         lambda: __import__("components.tpu_slice_node_pool").tpu_slice_node_pool.check_args(
+         lambda: importlib.import_module("gke_ray_tpu.components.tpu_slice_node_pool").check_args(
              {"capacity": "spot", "reservation": "r1"}),
          "TpuSliceNodePoolArgs.reservation", "only that mode consumes a named reservation (capacity is spot)"),
         ({"clusterMode": "autopilot", "releaseChannel": "UNSPECIFIED"}, "gke-ray-tpu:releaseChannel",
-         lambda: __import__("components.gke_cluster").gke_cluster.check_args(
+         lambda: importlib.import_module("gke_ray_tpu.components.gke_cluster").check_args(
              {"cluster_name": "c", "location": "us-east5", "project": "p", "mode": "autopilot",
               "release_channel": "UNSPECIFIED"}),
          "GkeRayClusterArgs.release_channel", "Autopilot clusters always have one"),
         ({"dcnCidrs": '["10.50.0.0/16", "10.60.0.0/16", "10.70.0.0/16"]'}, "gke-ray-tpu:dcnCidrs",
-         lambda: __import__("components.tpu_slice_node_pool").tpu_slice_node_pool.check_args(
+         lambda: importlib.import_module("gke_ray_tpu.components.tpu_slice_node_pool").check_args(
              {"additional_networks": [{"network": f"n{i}", "subnetwork": f"s{i}"} for i in range(3)]}),
          "TpuSliceNodePoolArgs.additional_networks", "at most 2 networks: a ct6e-standard-4t host has 2 NICs"),
     ],

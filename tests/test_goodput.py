@@ -7,11 +7,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from training import goodput, report
-from training.driver import run_files
-from training.driver.run_files import JobRecord
-from training.driver.timeline import read_times
-from training.goodput import BUCKETS, GroupTimes, RunTimes, account
+from gke_ray_tpu.training import goodput, report
+from gke_ray_tpu.training.driver import run_files
+from gke_ray_tpu.training.driver.run_files import JobRecord
+from gke_ray_tpu.training.driver.timeline import read_times
+from gke_ray_tpu.training.goodput import BUCKETS, GroupTimes, RunTimes, account
 
 T0 = 1_796_320_000.0
 """Submission, epoch seconds; every other time below is seconds after it."""
@@ -240,7 +240,7 @@ def test_a_run_without_events_is_one_error_line(tmp_path, capsys):
     assert report.main([str(tmp_path / "empty")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert err.startswith("python -m training.report: error: no event files under ") and "tensorboard" in err
+    assert err.startswith("python -m gke_ray_tpu.training.report: error: no event files under ") and "tensorboard" in err
 
 
 def test_without_the_job_record_the_figure_is_drawn_and_the_goodput_is_explained(tmp_path, capsys):

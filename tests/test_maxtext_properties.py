@@ -1,6 +1,6 @@
 """Property-based battery over MaxText overrides: refused here naming a key, or taken by MaxText's own loader.
 
-Hypothesis draws override maps for the tiny preset (core/presets/tiny-cpu.yml) from known keys with
+Hypothesis draws override maps for the tiny preset (gke_ray_tpu/core/presets/tiny-cpu.yml) from known keys with
 values MaxText takes, known keys with values a rule here refuses, and unknown keys one edit away from a
 key of MaxText's base.yml. Each map is either refused by ``build_job`` (what the submit command and the
 stack's runs call) with one ConfigError naming a key of the map or of the preset, or accepted, and then
@@ -14,13 +14,13 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from core.errors import ConfigError
-from core.job_spec import build_job
-from core.maxtext import installed
-from core.presets import get_preset
-from training import submit
-from training.driver import local_ray
-from training.worker.trainer import worker_argv
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.job_spec import build_job
+from gke_ray_tpu.core.maxtext import installed
+from gke_ray_tpu.core.presets import get_preset
+from gke_ray_tpu.training import submit
+from gke_ray_tpu.training.driver import local_ray
+from gke_ray_tpu.training.worker.trainer import worker_argv
 
 PRESET = get_preset("tiny-cpu")
 TAKEN = {
@@ -96,7 +96,7 @@ def test_overrides_are_refused_naming_a_key_or_taken_by_maxtexts_loader(maxtext_
 
 
 def test_a_mistyped_key_on_the_submit_command_line_is_refused_before_a_ray_head_starts(capsys, monkeypatch, tmp_path):
-    """`python -m training.submit --local stpes=3`: one line, status 2, no Ray head."""
+    """`python -m gke_ray_tpu.training.submit --local stpes=3`: one line, status 2, no Ray head."""
 
     def no_head(*args, **kwargs):
         raise AssertionError("a Ray head was started")
@@ -106,5 +106,5 @@ def test_a_mistyped_key_on_the_submit_command_line_is_refused_before_a_ray_head_
     lines = capsys.readouterr().err.splitlines()
     assert rc == 2
     assert lines == [
-        "python -m training.submit: error: invalid config stpes=3: expected a key of MaxText's config: did you mean steps?"
+        "python -m gke_ray_tpu.training.submit: error: invalid config stpes=3: expected a key of MaxText's config: did you mean steps?"
     ]

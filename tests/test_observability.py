@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import ConfigError
+from gke_ray_tpu.core.errors import ConfigError
 from tests.test_stack_dev import CLUSTER
 
 OPERATOR_ON = {"enabled": True, "rayClusterLoggingConfig": {"enabled": True},

@@ -226,7 +226,7 @@ def test_tpu_prefixes_are_configurable():
 
 
 def test_every_machine_type_in_the_tpu_catalogue_is_recognised_as_tpu():
-    from core.tpu_catalogue import GENERATIONS
+    from gke_ray_tpu.core.tpu_catalogue import GENERATIONS
 
     machine_types = set()
     for gen in GENERATIONS.values():

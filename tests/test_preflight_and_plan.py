@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from stack import preview
-from core.errors import ConfigError
-from stack.mock_engine import OfflineRun, run_offline
-from stack.preflight import planned_run, preflight
-from stack.config import parse_stack_config
+from gke_ray_tpu.stack import preview
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.stack.mock_engine import OfflineRun, run_offline
+from gke_ray_tpu.stack.preflight import planned_run, preflight
+from gke_ray_tpu.stack.config import parse_stack_config
 
 
 def test_preview_reports_the_default_run_fits_and_its_cost(dev_run):
@@ -39,7 +39,7 @@ def test_preview_says_uncertain_when_the_estimate_is_within_its_error_of_the_lim
     warnings = [m for level, m in run.logs if level == "warning"]
     assert warnings == [
         "estimated 31.79 GiB per chip is within the estimate's error of XLA's 31.24 GiB limit on a v6e chip: "
-        "uncertain, run the compile check (python -m stack.preview --section training --compile; for declared "
+        "uncertain, run the compile check (python -m gke_ray_tpu.stack.preview --section training --compile; for declared "
         "runs gke-ray-tpu:compileCheck true)"
     ]
     [info] = [m for level, m in run.logs if level == "info" and "HBM per chip" in m and not m.startswith("Declared")]

@@ -55,7 +55,7 @@ def _strings(*names: str) -> dict[str, str]:
     return dict.fromkeys(names, "string")
 
 
-# Written from components/*.py: <Name>Args fields (NotRequired = optional) and the class-level output annotations.
+# Written from gke_ray_tpu/components/*.py: <Name>Args fields (NotRequired = optional) and the class-level output annotations.
 CONTRACT = {
     "DcnNetworks": Contract(
         inputs={**_strings("region", "namePrefix"), "cidrs": NAMES, "project": "string", "mtu": "integer"},
@@ -292,7 +292,7 @@ def test_the_complex_types_are_the_network_and_the_component_refs(schema):
     assert all(node["description"].strip() for node in network["properties"].values())
 
 
-# A component that takes another is declared with the other's ref type (components/_refs.py says why):
+# A component that takes another is declared with the other's ref type (gke_ray_tpu/components/_refs.py says why):
 # ref type -> (the component it stands for, the consumer and its input, the fields that take outputs, and whose).
 REFS = {
     "GcsWorkloadIdentityRef": ("GcsWorkloadIdentity", ("RayTpuCluster", "workloadIdentity"),
@@ -344,8 +344,8 @@ from pulumi.provider.experimental.analyzer import Analyzer
 from pulumi.provider.experimental.component import ComponentProvider
 from pulumi.runtime import rpc
 
-from components import DcnNetworks, GcsWorkloadIdentity, GkeRayCluster, MaxTextRun, RayTpuCluster, TpuSliceNodePool
-from components.maxtext_run import run_cluster
+from gke_ray_tpu.components import DcnNetworks, GcsWorkloadIdentity, GkeRayCluster, MaxTextRun, RayTpuCluster, TpuSliceNodePool
+from gke_ray_tpu.components.maxtext_run import run_cluster
 
 URN = "urn:pulumi:dev::consumer::gke-ray-tpu:index:RayTpuCluster::ray"
 
@@ -404,10 +404,10 @@ def test_the_host_passes_a_component_only_as_its_urn_and_takes_its_fields(tmp_pa
 
 def stated_defaults() -> dict[tuple[str, str], str]:
     """(component, input) -> how its description states the default, written from the components' constants."""
-    from components import dcn_networks, gcs_workload_identity, gke_cluster, ray_tpu_cluster
-    from core.capacity import DEFAULT_CAPACITY
-    from core.presets import DEFAULT_PRESET
-    from core.tpu_catalogue import DEFAULT_GENERATION, DEFAULT_TOPOLOGY
+    from gke_ray_tpu.components import dcn_networks, gcs_workload_identity, gke_cluster, ray_tpu_cluster
+    from gke_ray_tpu.core.capacity import DEFAULT_CAPACITY
+    from gke_ray_tpu.core.presets import DEFAULT_PRESET
+    from gke_ray_tpu.core.tpu_catalogue import DEFAULT_GENERATION, DEFAULT_TOPOLOGY
 
     shape = {"generation": DEFAULT_GENERATION, "topology": DEFAULT_TOPOLOGY, "capacity": DEFAULT_CAPACITY}
     return {
@@ -455,7 +455,7 @@ def test_in_process_schema_equals_the_served_one(schema):
     code = (
         "import json;"
         "from pulumi.provider.experimental.component import ComponentProvider;"
-        "from components import DcnNetworks, GcsWorkloadIdentity, GkeRayCluster, MaxTextRun, RayTpuCluster, TpuSliceNodePool;"
+        "from gke_ray_tpu.components import DcnNetworks, GcsWorkloadIdentity, GkeRayCluster, MaxTextRun, RayTpuCluster, TpuSliceNodePool;"
         "classes = [DcnNetworks, GkeRayCluster, TpuSliceNodePool, GcsWorkloadIdentity, RayTpuCluster, MaxTextRun];"
         f"print(ComponentProvider(classes, {PACKAGE!r}, None, {project_version()!r}).schema)"
     )

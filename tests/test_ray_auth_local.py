@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 import requests
 
-from core.kuberay import AUTH_TOKEN_KEY, auth_secret_name
-from training import submit
-from training.driver import cluster_checks, port_forward, ray_auth
-from training.driver.errors import ClusterError
-from training.driver.jobs_client import JobsApi
-from training.driver.local_ray import LocalRayHead
-from training.driver.request import SubmitRequest
-from training.driver.stack_outputs import StackOutputs
+from gke_ray_tpu.core.kuberay import AUTH_TOKEN_KEY, auth_secret_name
+from gke_ray_tpu.training import submit
+from gke_ray_tpu.training.driver import cluster_checks, port_forward, ray_auth
+from gke_ray_tpu.training.driver.errors import ClusterError
+from gke_ray_tpu.training.driver.jobs_client import JobsApi
+from gke_ray_tpu.training.driver.local_ray import LocalRayHead
+from gke_ray_tpu.training.driver.request import SubmitRequest
+from gke_ray_tpu.training.driver.stack_outputs import StackOutputs
 from tests.fakes import FakeCoreV1, pod
 
 CALLERS_TOKEN = "c" * 64
@@ -148,13 +148,13 @@ def test_address_without_a_token_or_with_a_wrong_one_is_one_line_and_exit_3(head
     rc, lines = _submit_address(head, monkeypatch, None)
     assert rc == 3 and not any("Traceback" in line for line in lines)
     assert lines[-1] == (
-        f"python -m training.submit: error: the Ray Jobs API at {head.address} refused the submit command: the Ray "
+        f"python -m gke_ray_tpu.training.submit: error: the Ray Jobs API at {head.address} refused the submit command: the Ray "
         f"cluster answered 401: it runs with token auth and no token was sent (set RAY_AUTH_TOKEN to its token)"
     )
     rc, lines = _submit_address(head, monkeypatch, CALLERS_TOKEN)
     assert rc == 3
     assert lines[-1] == (
-        f"python -m training.submit: error: the Ray Jobs API at {head.address} refused the submit command: the Ray "
+        f"python -m gke_ray_tpu.training.submit: error: the Ray Jobs API at {head.address} refused the submit command: the Ray "
         "cluster answered 403 to the token from $RAY_AUTH_TOKEN: not this cluster's token"
     )
     assert CALLERS_TOKEN not in "".join(lines)

@@ -22,8 +22,8 @@ from ray.autoscaler._private.kuberay.autoscaling_config import _generate_provide
 from ray.autoscaler._private.kuberay.node_provider import IKubernetesHttpApiClient, KubeRayNodeProvider
 from ray.autoscaler.tags import NODE_KIND_WORKER, TAG_RAY_NODE_KIND, TAG_RAY_USER_NODE_TYPE
 
-from components.ray_manifests import WORKER_GROUP, ray_cluster
-from components.ray_tpu_cluster import spec_from_args
+from gke_ray_tpu.components.ray_manifests import WORKER_GROUP, ray_cluster
+from gke_ray_tpu.components.ray_tpu_cluster import spec_from_args
 
 IDENTITY = {"bucket_name": "b", "ksa_name": "ray-tpu-ksa", "namespace": "default"}
 SLICES = 2

@@ -12,14 +12,14 @@ import pytest
 import ray
 import yaml
 
-from components.ray_manifests import (
+from gke_ray_tpu.components.ray_manifests import (
     DASHBOARD_PORT, GCS_PORT, CLIENT_PORT, HEAD_METRICS_EXPORT_PORT, RAY_POD_LABEL,
     WORKER_METRICS_EXPORT_PORT, image_pull_policy, is_moving_tag,
 )
-from components.ray_tpu_cluster import DEFAULT_IMAGE
-from core.kuberay import RAY_VERSION, has_token_auth
-from stack import preview
-from stack.mock_engine import MockGke, OfflineRun, run_offline
+from gke_ray_tpu.components.ray_tpu_cluster import DEFAULT_IMAGE
+from gke_ray_tpu.core.kuberay import RAY_VERSION, has_token_auth
+from gke_ray_tpu.stack import preview
+from gke_ray_tpu.stack.mock_engine import MockGke, OfflineRun, run_offline
 from tests.conftest import with_keys
 from tests.schemas import RAYCLUSTER_CRD as RAYCLUSTER_CRD_FILE, validate_core, validate_ray_cluster, validate_ray_job
 from tests.test_gke_rules import kuberay_15_crd

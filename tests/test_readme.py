@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from stack.config import StackConfig
-from stack.readme import config_table
+from gke_ray_tpu.stack.config import StackConfig
+from gke_ray_tpu.stack.readme import config_table
 from tests.conftest import REPO_ROOT
 
 PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md")), REPO_ROOT / "bench" / "README.md"]
@@ -26,7 +26,7 @@ def test_the_config_table_is_rendered_from_the_config_model():
 def test_every_python_module_the_docs_run_exists():
     text = "\n".join(page.read_text() for page in PAGES)
     modules = set(re.findall(r"python -m ([a-z_.]+)", text)) - {"venv", "pytest"}
-    assert {"training.submit", "training.report", "stack.preview", "training.worker.trainer"} <= modules
+    assert {"gke_ray_tpu.training.submit", "gke_ray_tpu.training.report", "gke_ray_tpu.stack.preview", "gke_ray_tpu.training.worker.trainer"} <= modules
     for module in modules:
         assert (REPO_ROOT / (module.replace(".", "/") + ".py")).is_file(), module
 

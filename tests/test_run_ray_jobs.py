@@ -7,11 +7,11 @@ import copy
 
 import pytest
 
-from components.maxtext_run import build_run_job, per_run_ray_job, ray_job
-from components.ray_manifests import ray_cluster_spec
-from components.ray_tpu_cluster import cluster_ref, spec_from_args
-from core.errors import ConfigError
-from core.kuberay import ray_job_problems, run_ray_job
+from gke_ray_tpu.components.maxtext_run import build_run_job, per_run_ray_job, ray_job
+from gke_ray_tpu.components.ray_manifests import ray_cluster_spec
+from gke_ray_tpu.components.ray_tpu_cluster import cluster_ref, spec_from_args
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.kuberay import ray_job_problems, run_ray_job
 from tests.schemas import validate_ray_cluster, validate_ray_job
 
 IDENTITY = {"bucket_name": "team-ckpt", "ksa_name": "trainer", "namespace": "training"}

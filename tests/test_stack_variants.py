@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from core.errors import ConfigError
-from stack.mock_engine import OfflineRun, run_offline
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.stack.mock_engine import OfflineRun, run_offline
 from tests.schemas import validate_core, validate_ray_cluster
 from tests.test_stack_dev import CLAIM, CLUSTER, NETWORK, NODE_POOL, RAYCLUSTER, tpu_pools
 

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from core.errors import ConfigError
-from core.tpu_catalogue import GENERATIONS, slice_shape
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.tpu_catalogue import GENERATIONS, slice_shape
 from tests.conftest import REPO_ROOT
 
 SHAPES = [
@@ -71,7 +71,7 @@ def test_unknown_generation_lists_the_known_ones():
 
 def test_core_imports_without_pulumi_ray_or_jax():
     code = (
-        "import sys, core.tpu_catalogue, core.job_spec, core.estimates, core.gke, core.naming;"
+        "import sys, gke_ray_tpu.core.tpu_catalogue, gke_ray_tpu.core.job_spec, gke_ray_tpu.core.estimates, gke_ray_tpu.core.gke, gke_ray_tpu.core.naming;"
         "print(sorted(m for m in ('pulumi', 'ray', 'jax') if m in sys.modules) or 'none')"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)

@@ -23,8 +23,8 @@ import time
 
 import pytest
 
-from core import parallelism
-from core.job_spec import COLD_START_TIMEOUT_S
+from gke_ray_tpu.core import parallelism
+from gke_ray_tpu.core.job_spec import COLD_START_TIMEOUT_S
 from tests.fake_tpu import (
     TEST_STACK, FakeTpuCluster, elastic_job, hosts_by_group, lose_a_slice, read_job, submission, submit, tpu_stack, wait_for_end,
 )
@@ -134,7 +134,7 @@ def test_the_run_on_one_slice_resumes_from_the_checkpoint_the_two_wrote(slice_lo
 
 
 def test_goodput_counts_the_slice_loss_as_recovery(slice_loss, capsys):
-    from training import report
+    from gke_ray_tpu.training import report
 
     assert report.main([str(slice_loss.run_dir), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)["goodput"]
@@ -159,7 +159,7 @@ def test_a_slice_that_never_comes_fails_the_run_once_the_wait_ends(slice_loss, c
 
 @pytest.mark.parametrize("wait_s", [7, 20, 900, 1800, 4000])
 def test_the_trainer_allows_as_many_start_waits_as_fit_in_its_wait_for_slices(wait_s, monkeypatch):
-    from training.worker import trainer
+    from gke_ray_tpu.training.worker import trainer
 
     monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", str(wait_s))
     waits = trainer.start_retries() + 1

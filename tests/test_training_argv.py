@@ -7,13 +7,13 @@ import shlex
 
 import pytest
 
-from core.errors import ConfigError
-from core.job_spec import DEFAULT_CONFIG, JobSpec, build_job, parse_overrides, run_location, submission_id_for
-from core.presets import PRESETS, get_preset
-from training.driver import stack_outputs
-from training.driver.request import SubmitRequest
-from training.driver.submission import SHIPPED, Submission, for_cluster, for_local
-from training.worker import trainer
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.job_spec import DEFAULT_CONFIG, JobSpec, build_job, parse_overrides, run_location, submission_id_for
+from gke_ray_tpu.core.presets import PRESETS, get_preset
+from gke_ray_tpu.training.driver import stack_outputs
+from gke_ray_tpu.training.driver.request import SubmitRequest
+from gke_ray_tpu.training.driver.submission import SHIPPED, Submission, for_cluster, for_local
+from gke_ray_tpu.training.worker import trainer
 
 # The MaxText part of the tutorial's `ray job submit ... -- python maxtext_multi_slice_trainer.py`
 # commands, verbatim (after base.yml).
@@ -71,13 +71,14 @@ def test_70b_on_the_dev_stack_is_the_tutorial_command_writing_to_the_bucket(dev_
     of it: there Orbax commits a step with a marker instead of renaming directories through GCS FUSE."""
     p = plan(dev_outputs_file, "--preset", "llama3-70b", "run_name=rayjob-multi-slice-70b-fsdp")
     assert shlex.split(p.entrypoint) == [
-        "python", "-m", "training.worker.trainer",
+        "python", "-m", "gke_ray_tpu.training.worker.trainer",
         "--backend", "tpu", "--slices", "2", "--generation", "v6e", "--topology", "4x4",
         DEFAULT_CONFIG, "base_output_directory=gs://my-tpu-project-maxtext-checkpoints/", *TUTORIAL_70B[1:-1],
         CACHE, TUTORIAL_70B[-1],
     ]
     # Only the two packages the job imports travel, not the repository.
-    assert [path.rsplit("/", 1)[1] for path in p.runtime_env["py_modules"]] == ["core", "training"]
+    assert [path.rsplit("/", 1)[1] for path in p.runtime_env["py_modules"]] == ["gke_ray_tpu"]
+    assert {"/components/", "/stack/"} <= set(p.runtime_env["excludes"])
     assert p.runtime_env["py_modules"] == SHIPPED and "working_dir" not in p.runtime_env
     assert p.runtime_env["env_vars"] == {"RAY_TRAIN_V2_ENABLED": "1", "RAY_DEDUP_LOGS": "0",
                                          "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "20"}
@@ -277,9 +278,9 @@ def test_worker_argv_makes_an_existing_config_absolute(tmp_path, monkeypatch):
     (tmp_path / "base.yml").write_text("steps: 1\n")
     spec = JobSpec("cpu", {"base_output_directory": "/o", "run_name": "r"}, slices=1, config="base.yml")
     assert trainer.worker_argv(spec) == [
-        "training.worker.trainer", str(tmp_path / "base.yml"), "base_output_directory=/o", "run_name=r",
+        "gke_ray_tpu.training.worker.trainer", str(tmp_path / "base.yml"), "base_output_directory=/o", "run_name=r",
         "skip_jax_distributed_system=true",
     ]
     # Not a file here: left for MaxText to resolve in its installed package.
     tpu = JobSpec("tpu", {"run_name": "r"}, slices=1, generation="v6e", topology="4x4")
-    assert trainer.worker_argv(tpu) == ["training.worker.trainer", DEFAULT_CONFIG, "run_name=r"]
+    assert trainer.worker_argv(tpu) == ["gke_ray_tpu.training.worker.trainer", DEFAULT_CONFIG, "run_name=r"]

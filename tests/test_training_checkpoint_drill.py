@@ -2,7 +2,7 @@
 previous complete step, never the torn one, and the job succeeds.
 
 The real thing on CPU, on the path cluster runs write to: the local elastic job (``python -m
-training.submit --local --elastic``, 2 CPU workers on a local Ray head) with ``base_output_directory``
+gke_ray_tpu.training.submit --local --elastic``, 2 CPU workers on a local Ray head) with ``base_output_directory``
 ``gs://<bucket>/`` served by a Cloud Storage emulator on 127.0.0.1 (``tests/gcs_emulator.py``). The
 emulator holds the upload of step 8's commit marker, the last object Orbax writes for a step on
 ``gs://``: when it comes in, every array and metadata file of step 8 is written, and the drill
@@ -17,7 +17,7 @@ import pytest
 
 from tests.drill import kill_a_worker
 from tests.gcs_emulator import GcsEmulator
-from training.driver.local_ray import LocalRayHead
+from gke_ray_tpu.training.driver.local_ray import LocalRayHead
 
 STEPS = 16
 PERIOD = 4

@@ -2,7 +2,7 @@
 resumes from the run's latest checkpoint, finishing the requested steps.
 
 The real thing on CPU: a local Ray head (this module's), the local elastic job (2 CPU workers,
-num_workers=(1, 2), FailureConfig(max_failures=3)) submitted with ``python -m training.submit
+num_workers=(1, 2), FailureConfig(max_failures=3)) submitted with ``python -m gke_ray_tpu.training.submit
 --local --elastic``, and ``tests/drill.py`` killing the worker of rank 0 (the one that hosts the JAX
 coordinator) once the checkpoint of step 4 is committed and a later step is logged.
 """
@@ -13,7 +13,7 @@ import pytest
 
 from tests.test_training_local_job import reported_losses
 from tests.drill import jax_compile_seconds, kept_step_seconds, kill_a_worker, maxtext_step_seconds
-from training.driver.local_ray import LocalRayHead
+from gke_ray_tpu.training.driver.local_ray import LocalRayHead
 
 STEPS = 16
 PERIOD = 4
@@ -78,7 +78,7 @@ def test_recovery_is_timed_from_the_log(drill):
 
 
 def test_the_figure_marks_the_restart(drill):
-    from training import report
+    from gke_ray_tpu.training import report
 
     metrics = report.read_metrics(str(drill.run_dir / "tensorboard"))
     assert metrics.restarts == [drill.resumed_group.restored_step + 1]  # the resumed group's first step
@@ -91,7 +91,7 @@ def test_goodput_counts_the_restart_as_recovery_and_the_steps_run_again_as_lost_
     (one per worker group), JAX's compile log."""
     import json
 
-    from training import report
+    from gke_ray_tpu.training import report
 
     assert report.main([str(drill.run_dir), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)["goodput"]

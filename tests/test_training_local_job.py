@@ -1,7 +1,7 @@
 """The real thing on CPU: a local Ray head, the tiny MaxText job through the submit path.
 
 One Ray head for the session (started and stopped here), one real training job
-through ``python -m training.submit --local`` (with ``--address``: the head is
+through ``python -m gke_ray_tpu.training.submit --local`` (with ``--address``: the head is
 this fixture's), then the assertions on what the job left behind.
 """
 
@@ -24,12 +24,12 @@ import pytest
 import requests
 from ray.job_submission import JobStatus
 
-from training import submit
-from training.driver import port_forward
-from core.job_spec import submission_id_for
-from training.driver.local_ray import LocalRayHead
-from training.driver.progress import Progress
-from training.driver.ray_auth import RayToken
+from gke_ray_tpu.training import submit
+from gke_ray_tpu.training.driver import port_forward
+from gke_ray_tpu.core.job_spec import submission_id_for
+from gke_ray_tpu.training.driver.local_ray import LocalRayHead
+from gke_ray_tpu.training.driver.progress import Progress
+from gke_ray_tpu.training.driver.ray_auth import RayToken
 from tests.conftest import REPO_ROOT
 from tests.drill import jax_compile_seconds, maxtext_step_seconds
 from tests.fakes import FakeCoreV1, pod
@@ -101,7 +101,7 @@ def test_plain_output_is_the_commands_own_lines_one_per_step_and_the_log_goes_to
 def test_the_figure_is_drawn_from_the_metrics_maxtext_wrote(ray_head, local_job):
     from matplotlib.image import imread
 
-    from training import report
+    from gke_ray_tpu.training import report
 
     rc, err, out = local_job
     png = out / RUN / "report.png"
@@ -126,7 +126,7 @@ def test_the_figure_is_drawn_from_the_metrics_maxtext_wrote(ray_head, local_job)
 
 def test_the_goodput_of_the_local_run_agrees_with_maxtexts_step_times_and_jaxs_compile_times(local_job, capsys):
     """Each bucket against a record the accounting does not read: MaxText's event files, JAX's compile log."""
-    from training import report
+    from gke_ray_tpu.training import report
 
     rc, err, out = local_job
     [line] = [line for line in err.splitlines() if line.startswith("[submit] goodput ")]
@@ -166,7 +166,7 @@ def test_a_terminal_gets_a_progress_bar_and_at_most_40_lines(ray_head, tmp_path)
 
     controller, terminal = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "training.submit", "--local", "--address", ray_head.address,
+        [sys.executable, "-m", "gke_ray_tpu.training.submit", "--local", "--address", ray_head.address,
          "--output-dir", str(tmp_path), "run_name=pytest-tty"],
         cwd=REPO_ROOT, stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True,
         env={**os.environ, **ray_head.address_env, "COLUMNS": "160", "LINES": "50", "TERM": "xterm-256color"},
@@ -246,7 +246,7 @@ def _start_submit(ray_head, out, run: str, *overrides: str) -> subprocess.Popen:
     # Ctrl-C reaches it as on a terminal, even when the tests run where SIGINT is ignored
     # (a background job of a non-interactive shell starts with SIGINT ignored, and so would it).
     return subprocess.Popen(
-        [sys.executable, "-m", "training.submit", "--local", "--address", ray_head.address,
+        [sys.executable, "-m", "gke_ray_tpu.training.submit", "--local", "--address", ray_head.address,
          "--output-dir", str(out), f"run_name={run}", *overrides],
         cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**os.environ, **ray_head.address_env}, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
@@ -311,10 +311,10 @@ def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head
     MaxTextRun uploads): it runs to completion from the archive alone, and `--follow` attaches to it by run name."""
     import yaml
 
-    from components.maxtext_run import ray_job
-    from core.code_archive import archive_object, archive_zip, digest, package_files, sha256
-    from core.job_spec import build_job
-    from core.presets import get_preset
+    from gke_ray_tpu.components.maxtext_run import ray_job
+    from gke_ray_tpu.core.code_archive import archive_object, archive_zip, digest, package_files, sha256
+    from gke_ray_tpu.core.job_spec import build_job
+    from gke_ray_tpu.core.presets import get_preset
 
     run = "pytest-declared"
     spec = build_job(get_preset("tiny-cpu"), base_output_directory=str(tmp_path), run_name=run, slices=2,
@@ -344,4 +344,4 @@ def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head
     while client.get_job_status(control) not in (JobStatus.SUCCEEDED, JobStatus.FAILED) and time.monotonic() < deadline:
         time.sleep(1)
     assert client.get_job_status(control) == JobStatus.FAILED
-    assert "No module named 'training'" in client.get_job_logs(control)
+    assert "No module named 'gke_ray_tpu'" in client.get_job_logs(control)

@@ -18,13 +18,13 @@ import requests
 import urllib3
 from kubernetes import client as k8s_client
 
-from core.errors import ConfigError
-from core.job_spec import JobSpec, submission_id_for
-from training import submit
-from training.driver import jobs_client as jobs
-from training.driver import port_forward, request, retry, stack_outputs
-from training.driver.errors import ClusterError
-from training.driver.progress import Progress, StepMetrics, WorkerGroup, parse_line
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.job_spec import JobSpec, submission_id_for
+from gke_ray_tpu.training import submit
+from gke_ray_tpu.training.driver import jobs_client as jobs
+from gke_ray_tpu.training.driver import port_forward, request, retry, stack_outputs
+from gke_ray_tpu.training.driver.errors import ClusterError
+from gke_ray_tpu.training.driver.progress import Progress, StepMetrics, WorkerGroup, parse_line
 from tests.fakes import FakeCoreV1, FakeJobsClient, pod
 
 
@@ -168,7 +168,7 @@ def test_cli_errors_are_one_line_with_status_2(capsys, tmp_path, dev_outputs):
     for argv, message in cases.items():
         rc, err = run_cli(capsys, *argv)
         assert (rc, err.count("\n")) == (2, 1), (argv, err)
-        assert err.startswith("python -m training.submit: error: invalid config ") and message in err, err
+        assert err.startswith("python -m gke_ray_tpu.training.submit: error: invalid config ") and message in err, err
 
 
 @pytest.mark.parametrize(
@@ -185,7 +185,7 @@ def test_flag_errors_are_one_line_with_status_2(capsys, argv, message):
         submit.main(argv)
     err = capsys.readouterr().err
     assert e.value.code == 2
-    assert err == f"python -m training.submit: error: {message} (see --help)\n"
+    assert err == f"python -m gke_ray_tpu.training.submit: error: {message} (see --help)\n"
 
 
 def test_unreachable_cluster_is_retried_then_one_line_and_status_3(capsys, tmp_path, dev_outputs, delays):
@@ -198,7 +198,7 @@ def test_unreachable_cluster_is_retried_then_one_line_and_status_3(capsys, tmp_p
     assert rc == 3 and "Traceback" not in err
     assert delays == [1, 2, 4, 8, 16]
     assert lines[-1] == (
-        f"python -m training.submit: error: cannot reach the Ray Jobs API at {address}: "
+        f"python -m gke_ray_tpu.training.submit: error: cannot reach the Ray Jobs API at {address}: "
         f"Failed to connect to Ray at address: {address}. (still failing after 5 retries over 31 s) "
         "(is the dashboard reachable at --address?)"
     )
@@ -212,7 +212,7 @@ def test_no_kubeconfig_is_one_line_and_status_3(capsys, tmp_path, dev_outputs, m
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
     rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "--preset", "llama3-70b")
     assert rc == 3 and "Traceback" not in err
-    assert err.strip().splitlines()[-1].startswith("python -m training.submit: error: no usable kubeconfig")
+    assert err.strip().splitlines()[-1].startswith("python -m gke_ray_tpu.training.submit: error: no usable kubeconfig")
 
 
 # --- the Jobs API: retries, one job per run attempt, outcomes --------------------------------
@@ -283,7 +283,7 @@ def test_an_api_that_never_answers_is_exit_3_and_one_line(capsys, tmp_path, dev_
     assert (rc, cluster.submitted, delays) == (3, [], [1, 2, 4, 8, 16])
     assert "Traceback" not in err
     assert err.splitlines()[-1] == (
-        "python -m training.submit: error: listing the cluster's jobs: Request failed with status code 503: . "
+        "python -m gke_ray_tpu.training.submit: error: listing the cluster's jobs: Request failed with status code 503: . "
         "(still failing after 5 retries over 31 s)"
     )
 
@@ -293,7 +293,7 @@ def test_an_answer_is_not_retried(capsys, tmp_path, dev_outputs, fake_cluster, d
     rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "run_name=denied")
     assert (rc, delays) == (3, [])
     assert err.splitlines()[-1] == (
-        "python -m training.submit: error: listing the cluster's jobs: Request failed with status code 401: Unauthorized."
+        "python -m gke_ray_tpu.training.submit: error: listing the cluster's jobs: Request failed with status code 401: Unauthorized."
     )
 
 
@@ -686,7 +686,7 @@ def test_relay_copies_both_ways_until_one_side_closes():
 
 def test_the_jobs_record_has_rays_times_and_the_price_of_the_chips_it_held(capsys, tmp_path, dev_outputs, fake_cluster,
                                                                            run_dirs):
-    from training.driver.run_files import JobRecord
+    from gke_ray_tpu.training.driver.run_files import JobRecord
 
     cluster = fake_cluster(FakeJobsClient(log=STEPS_LOG))
     rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "run_name=priced")
@@ -704,7 +704,7 @@ def test_the_jobs_record_has_rays_times_and_the_price_of_the_chips_it_held(capsy
 
 def test_a_spot_stack_that_scales_to_zero_pays_for_the_runs_slices_at_the_spot_rate(capsys, tmp_path, dev_outputs,
                                                                                     fake_cluster, run_dirs):
-    from training.driver.run_files import JobRecord
+    from gke_ray_tpu.training.driver.run_files import JobRecord
 
     fake_cluster(FakeJobsClient(log=STEPS_LOG))
     outputs = write(tmp_path, {**dev_outputs, "capacity": "spot", "scaleToZero": True})

@@ -1,7 +1,7 @@
 """Property-based bad-input battery over the submit command's flags, overrides and stack outputs.
 
 Hypothesis builds command lines from a vocabulary of valid and invalid pieces and runs
-``training.submit.main`` with the cluster replaced by a FakeJobsClient. An independent oracle
+``gke_ray_tpu.training.submit.main`` with the cluster replaced by a FakeJobsClient. An independent oracle
 says which rules each command line breaks. Whatever the input: a valid command submits exactly
 one job whose trainer command line carries the slices the oracle expects; an invalid one exits 2
 with one ``error:`` line on stderr naming one of the broken rules, submits nothing and opens no
@@ -21,12 +21,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.job_spec import JobSpec
+from gke_ray_tpu.core.job_spec import JobSpec
 from tests.fakes import FakeJobsClient
-from training import submit
-from training.driver import stack_outputs
+from gke_ray_tpu.training import submit
+from gke_ray_tpu.training.driver import stack_outputs
 
-ERROR = "python -m training.submit: error: "
+ERROR = "python -m gke_ray_tpu.training.submit: error: "
 
 # Outputs files: name -> (changes to the dev stack's outputs, or raw text), valid?
 OUTPUTS = {

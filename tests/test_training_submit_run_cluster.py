@@ -14,13 +14,13 @@ import pytest
 import yaml
 from hypothesis import given, strategies as st
 
-from components.ray_manifests import RayClusterSpec, ray_cluster_spec
-from core import code_archive
-from core.kuberay import auth_secret_name
-from core.tpu_catalogue import slice_shape
-from training import submit
-from training.driver import port_forward, run_cluster
-from training.driver.run_files import JobRecord
+from gke_ray_tpu.components.ray_manifests import RayClusterSpec, ray_cluster_spec
+from gke_ray_tpu.core import code_archive
+from gke_ray_tpu.core.kuberay import auth_secret_name
+from gke_ray_tpu.core.tpu_catalogue import slice_shape
+from gke_ray_tpu.training import submit
+from gke_ray_tpu.training.driver import port_forward, run_cluster
+from gke_ray_tpu.training.driver.run_files import JobRecord
 from tests.fakes import FakeJobsClient, FakeKubeRay
 from tests.schemas import validate_ray_job
 # python_ctrl_c and run_dirs (autouse: run files go to a temporary directory) are fixtures.
@@ -105,7 +105,7 @@ def test_a_run_is_a_crd_valid_rayjob_that_brings_its_cluster_and_deletes_it(caps
     assert (spec["jobId"], spec["submissionMode"], spec["backoffLimit"]) == ("maxtext-r", "HTTPMode", 1)
     assert spec["preRunningDeadlineSeconds"] == run_cluster.DEFAULT_PRE_RUNNING_DEADLINE_S
     check, _, command = spec["entrypoint"].partition(" && ")
-    assert command.startswith("python -m training.worker.trainer ") and "run_name=r" in command
+    assert command.startswith("python -m gke_ray_tpu.training.worker.trainer ") and "run_name=r" in command
 
     # The job imports the code archive the command put in the bucket, and waits minutes for its slices.
     env = yaml.safe_load(spec["runtimeEnvYAML"])
@@ -114,8 +114,9 @@ def test_a_run_is_a_crd_valid_rayjob_that_brings_its_cluster_and_deletes_it(caps
     assert env["env_vars"]["PYTHONPATH"] == "/data/" + path.split("/", 1)[1]
     assert path.startswith("my-tpu-project-maxtext-checkpoints/_code/gke-ray-tpu-") and path.endswith(".zip")
     names = zipfile.ZipFile(io.BytesIO(data)).namelist()
-    assert {"core/kuberay.py", "training/worker/trainer.py", "core/presets/__init__.py"} <= set(names)
-    assert not [n for n in names if "__pycache__" in n or not n.startswith(("core/", "training/"))]
+    assert {"gke_ray_tpu/core/kuberay.py", "gke_ray_tpu/training/worker/trainer.py", "gke_ray_tpu/core/presets/__init__.py"} <= set(names)
+    assert not [n for n in names if "__pycache__" in n
+                or not n.startswith(("gke_ray_tpu/core/", "gke_ray_tpu/training/")) and n != "gke_ray_tpu/__init__.py"]
     # Before it imports anything, the job checks that archive against the code this command uploaded.
     archive, expected = shlex.split(check)[-2:]
     assert check.startswith("python -I -c ") and archive == env["env_vars"]["PYTHONPATH"]
@@ -165,7 +166,7 @@ def test_the_archive_goes_to_a_gcs_bucket_through_gcsfs(tmp_path, monkeypatch):
     extended one, which asks for the bucket's layout over gRPC), anonymous (no metadata server is looked for)."""
     from gcsfs.core import GCSFileSystem
 
-    from core import code_archive
+    from gke_ray_tpu.core import code_archive
     from tests.gcs_emulator import GcsEmulator
 
     files = code_archive.package_files()
@@ -186,7 +187,7 @@ def test_the_archive_goes_to_a_gcs_bucket_through_gcsfs(tmp_path, monkeypatch):
             assert fs.info(f"code-bucket/{obj}")["contentType"] == "application/zip"
             zipped = zipfile.ZipFile(io.BytesIO(fs.cat_file(f"code-bucket/{obj}")))
             assert sorted(zipped.namelist()) == sorted(files)
-            assert zipped.read("core/kuberay.py") == files["core/kuberay.py"].read_bytes()
+            assert zipped.read("gke_ray_tpu/core/kuberay.py") == files["gke_ray_tpu/core/kuberay.py"].read_bytes()
         finally:
             GCSFileSystem.clear_instance_cache()
     assert said == [f"uploaded the code archive to gs://code-bucket/{obj}", f"code archive gs://code-bucket/{obj} is "
@@ -242,7 +243,7 @@ def test_ctrl_c_leaves_the_run_going_says_how_to_stop_it_and_follow_attaches_aga
     assert rc == 130 and "Traceback" not in err, err
     assert fake.jobs.stopped == [] and fake.jobs.jobs["maxtext-c"] == "RUNNING"
     assert err.splitlines()[-1] == (
-        f"[submit] interrupted: run c keeps going on its own cluster. Follow it again with `python -m training.submit "
+        f"[submit] interrupted: run c keeps going on its own cluster. Follow it again with `python -m gke_ray_tpu.training.submit "
         f"--outputs-file {outputs} --follow c`; stop it (and delete its cluster) with "
         "`kubectl delete rayjob -n default maxtext-c`"
     )
@@ -327,8 +328,8 @@ def test_retries_need_a_stack_that_scales_to_zero(capsys, tmp_path, dev_run):
 
 
 def test_a_held_stack_with_a_run_cluster_spec_is_refused(tmp_path, dev_run):
-    from core.errors import ConfigError
-    from training.driver import stack_outputs
+    from gke_ray_tpu.core.errors import ConfigError
+    from gke_ray_tpu.training.driver import stack_outputs
 
     with pytest.raises(ConfigError, match="rayClusterSpec.*no rayClusterSpec on a stack that holds its slices"):
         stack_outputs.load_file(write(tmp_path, {**dev_run.outputs, "rayClusterSpec": per_run_spec()}))
@@ -342,7 +343,7 @@ def test_a_held_stack_with_a_run_cluster_spec_is_refused(tmp_path, dev_run):
 
 @given(st.text(alphabet=st.sampled_from("abcXYZ019_.-"), min_size=1, max_size=100), st.sampled_from([1, 4]))
 def test_a_rayjob_name_is_what_kuberay_and_the_tpu_webhook_accept_and_differs_per_submission(run_name, hosts):
-    from core.naming import RAY_JOB_NAME, RAY_TPU_CLUSTER_NAME
+    from gke_ray_tpu.core.naming import RAY_JOB_NAME, RAY_TPU_CLUSTER_NAME
 
     spec = {"workerGroupSpecs": [{"numOfHosts": hosts, "replicas": 2}]}
     sid = f"maxtext-{run_name}"
@@ -375,7 +376,7 @@ def test_a_user_who_may_not_list_rayjobs_gets_one_line_and_exit_3(capsys, tmp_pa
     rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, per_run_outputs), "run_name=f")
     assert rc == 3 and "Traceback" not in err
     assert err.splitlines()[-1] == (
-        "python -m training.submit: error: listing the RayJobs of namespace default (403 Forbidden): is the "
+        "python -m gke_ray_tpu.training.submit: error: listing the RayJobs of namespace default (403 Forbidden): is the "
         "kubeconfig pointing at the stack's cluster, and may this user manage RayJobs in its namespace?"
     )
     assert fake.created == []
@@ -421,5 +422,5 @@ def test_a_run_whose_rayjob_was_deleted_while_it_waited_is_one_line_and_exit_3(c
     monkeypatch.setattr(fake.custom, "get_namespaced_custom_object", deleted_after_a_while)
     rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, per_run_outputs), "run_name=gone")
     assert rc == 3 and "Traceback" not in err
-    assert err.splitlines()[-1] == ("python -m training.submit: error: RayJob default/maxtext-gone is gone: someone "
+    assert err.splitlines()[-1] == ("python -m gke_ray_tpu.training.submit: error: RayJob default/maxtext-gone is gone: someone "
                                     "deleted it, which stopped its run and deleted its cluster")

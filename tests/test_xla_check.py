@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from components.ray_manifests import TUTORIAL_XLA_FLAGS
-from core.errors import ConfigError
-from core.job_spec import DATA_MOUNT, build_job
-from core.presets import get_preset
-from core.tpu_catalogue import GENERATIONS, slice_shape
-from stack import preview, xla_check, xla_compile
-from stack.config import parse_stack_config
-from stack.mock_engine import OfflineRun, run_offline
+from gke_ray_tpu.components.ray_manifests import TUTORIAL_XLA_FLAGS
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.job_spec import DATA_MOUNT, build_job
+from gke_ray_tpu.core.presets import get_preset
+from gke_ray_tpu.core.tpu_catalogue import GENERATIONS, slice_shape
+from gke_ray_tpu.stack import preview, xla_check, xla_compile
+from gke_ray_tpu.stack.config import parse_stack_config
+from gke_ray_tpu.stack.mock_engine import OfflineRun, run_offline
 from tests.conftest import with_keys
 from tests.test_stack_dev import RAYCLUSTER
 
@@ -130,7 +130,7 @@ def test_a_flag_libtpu_does_not_know_stops_the_check_naming_it(cache):
 
 
 def test_xla_refuses_the_tutorials_flags_for_v6e_and_the_refusal_is_compiled_again(cache):
-    # Why the pods leave out the all-gather fusion flag (components.ray_manifests.ALL_GATHER_FUSION).
+    # Why the pods leave out the all-gather fusion flag (gke_ray_tpu.components.ray_manifests.ALL_GATHER_FUSION).
     request = tiny_request(flags=TUTORIAL_XLA_FLAGS)
     for _ in range(2):
         said = []

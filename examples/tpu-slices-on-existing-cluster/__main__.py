@@ -7,7 +7,7 @@ input (read with ``Cluster.get``, never created or changed), not something this 
 import pulumi
 import pulumi_gcp as gcp
 
-from components import DcnNetworks, DcnNetworksArgs, TpuSliceNodePool, TpuSliceNodePoolArgs
+from gke_ray_tpu.components import DcnNetworks, DcnNetworksArgs, TpuSliceNodePool, TpuSliceNodePoolArgs
 
 config = pulumi.Config()
 project = pulumi.Config("gcp").require("project")

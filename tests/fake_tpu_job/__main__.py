@@ -1,4 +1,4 @@
-"""The job's entry point on a fake-TPU Ray cluster (``tests/fake_tpu.py``): ``training.worker.trainer``
+"""The job's entry point on a fake-TPU Ray cluster (``tests/fake_tpu.py``): ``gke_ray_tpu.training.worker.trainer``
 with the argv a TPU stack's job has, and one piece of it stood in.
 
 The TPU workers' runtime env installs ``maxtext[tpu]`` (with libtpu) through uv, which needs PyPI and a
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from training.worker import trainer
+from gke_ray_tpu.training.worker import trainer
 
 CPU_STAND_IN_ENV = {**trainer.WORKER_ENV, "JAX_PLATFORMS": "cpu"}
 """The workers' environment in place of the uv install: the trainer's own variables, JAX on CPU."""

@@ -1,0 +1,298 @@
+"""Preflight: does a planned MaxText run fit the stack's slices, and what will it cost?
+
+One function, :func:`preflight`, used by ``pulumi preview`` (through
+``__main__.py``) and by the offline preview (``python -m gke_ray_tpu.stack.preview``). Sharding that cannot
+map onto the slices is an error (the job would fail at step 0 after the TPUs
+are paid for); an HBM estimate over the chip's memory is a warning, because it
+is an estimate; the cost is information.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional
+
+from gke_ray_tpu.components.ray_manifests import is_moving_tag
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.capacity import CAPACITY_MODES
+from gke_ray_tpu.core.estimates import CostEstimate, HbmBreakdown, estimate_cost, estimate_hbm_from_config, estimate_step_time
+from gke_ray_tpu.core.estimates.mesh import check_kv_head_sharding
+from gke_ray_tpu.core.estimates.cost import CapacityCost, capacity_costs, format_capacity_costs
+from gke_ray_tpu.core.estimates.prices import cpu_machine_usd_per_hour
+from gke_ray_tpu.core.maxtext import BASE_DEFAULTS, Value
+from gke_ray_tpu.core.job_spec import COMPILATION_CACHE_DIR, JobSpec, bucket_url, build_job
+from gke_ray_tpu.core.parallelism import check_elastic
+from gke_ray_tpu.core.presets import DEFAULT_PRESET, get_preset
+from gke_ray_tpu.components import gke_cluster
+from gke_ray_tpu.stack import xla_check
+from gke_ray_tpu.stack.config import StackConfig, config_key
+
+
+@dataclass
+class PreflightReport:
+    slice_counts: tuple[int, ...]
+    errors: list[ConfigError] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    hbm: Optional[HbmBreakdown] = None
+    cost: Optional[CostEstimate] = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def estimate_by_slices(self) -> dict[int, float]:
+        """The HBM estimate's total, for the one slice count it is made for (the largest)."""
+        return {} if self.hbm is None else {max(self.slice_counts): self.hbm.total_gib}
+
+    def format(self) -> str:
+        counts = ", ".join(str(n) for n in self.slice_counts)
+        lines = [f"Sharding over {counts} slice(s): " + ("OK" if self.ok else "MISMATCH")]
+        lines += [f"  error: {error}" for error in self.errors]
+        if self.hbm is not None:
+            lines.append(self.hbm.format())
+        if self.cost is not None:
+            lines.append(self.cost.format())
+        lines += [f"warning: {warning}" for warning in self.warnings]
+        return "\n".join(lines)
+
+
+def preflight(
+    cfg: StackConfig, maxtext: Mapping[str, object], elastic: bool = False, min_slices: Optional[int] = None
+) -> PreflightReport:
+    """Check a MaxText key/value config against the stack's slices.
+
+    ``elastic``: the run must also map onto every smaller slice count down to
+    ``min_slices`` (default ``elasticMinSlices``), because Ray Train may restart it on fewer slices.
+    """
+    low = (min_slices or cfg.planned_ray_cluster["elastic_min_slices"]) if elastic else cfg.num_slices
+    report = PreflightReport(slice_counts=tuple(range(cfg.num_slices, low - 1, -1)))
+    try:
+        check_elastic(maxtext, cfg.shape.chips, low, cfg.num_slices, slice_name=f"{cfg.shape.pod_type} slice")
+        check_kv_head_sharding(maxtext, cfg.shape.chips, report.slice_counts, f"{cfg.shape.pod_type} slice")
+    except ConfigError as error:
+        report.errors.append(error)
+        return report
+
+    try:
+        report.hbm = estimate_hbm_from_config(maxtext, cfg.shape, cfg.num_slices)
+    except ConfigError as error:
+        report.warnings.append(f"no HBM estimate: {error}")
+    else:
+        if report.hbm.does_not_fit:
+            report.warnings.append(
+                f"estimated {report.hbm.total_gib:.2f} GiB per chip exceeds the usable "
+                f"{report.hbm.usable_gib:.2f} GiB of a {cfg.shape.generation.name} chip: "
+                "expect out-of-memory at compile time"
+            )
+        elif not report.hbm.fits:
+            report.warnings.append(
+                f"estimated {report.hbm.total_gib:.2f} GiB per chip is within the estimate's error of XLA's "
+                f"{report.hbm.usable_gib:.2f} GiB limit on a {cfg.shape.generation.name} chip: uncertain, run the "
+                f"compile check (python -m gke_ray_tpu.stack.preview --section training --compile; for declared runs "
+                f"{config_key('compile_check')} true)"
+            )
+
+    model = maxtext.get("model_name")
+    steps = maxtext.get("steps")
+    if isinstance(model, str) and isinstance(steps, int):
+        try:
+            values = {**BASE_DEFAULTS, **maxtext}
+            step = estimate_step_time(
+                model, cfg.shape, float(values["per_device_batch_size"]), int(values["max_target_length"])
+            )
+            report.cost = estimate_cost(
+                cfg.shape, cfg.num_slices, steps, step, spot=cfg.capacity == "spot", region=cfg.region
+            )
+        except ConfigError as error:
+            report.warnings.append(f"no cost estimate: {error}")
+    return report
+
+
+def planned_run(
+    preset_name: Optional[str], overrides: Mapping[str, Value], key: str = config_key("planned_preset")
+) -> tuple[dict[str, Value], bool]:
+    """The MaxText settings of a training preset with overrides, and whether it is elastic."""
+    preset = get_preset(preset_name or DEFAULT_PRESET, key=key)
+    return {**preset.maxtext, **overrides}, preset.elastic
+
+
+def planned_job(
+    cfg: StackConfig, preset_name: Optional[str], overrides: Mapping[str, Value], key: str = config_key("planned_preset")
+) -> JobSpec:
+    """The planned run as the submit command would build it for the stack's slices: what the compile check compiles."""
+    preset = get_preset(preset_name or DEFAULT_PRESET, key=key)
+    return build_job(
+        preset,
+        base_output_directory=bucket_url(cfg.bucket_name) + "/",
+        run_name=preset.run_name,
+        slices=cfg.num_slices,
+        overrides=overrides,
+        generation=cfg.tpu_generation,
+        topology=cfg.tpu_topology,
+        spot=cfg.capacity == "spot",
+        compilation_cache_dir=COMPILATION_CACHE_DIR,
+    )
+
+
+def check_planned_run(cfg: StackConfig, info: Callable[[str], None], warn: Callable[[str], None]) -> PreflightReport:
+    """The preview-time check: the stack's planned run (``plannedPreset``) against its slices.
+
+    A mismatch fails preview when the stack chose its preset explicitly; with the
+    default preset it is only a warning, since that run may not be what this
+    stack is for.
+    """
+    maxtext, elastic = planned_run(cfg.planned_preset, cfg.planned_overrides)
+    report = preflight(cfg, maxtext, elastic=elastic)
+    for warning in report.warnings:
+        warn(warning)
+    if report.errors and cfg.planned_preset:
+        raise report.errors[0]
+    for error in report.errors:
+        warn(f"the default planned run ({DEFAULT_PRESET}) does not map onto these slices: {error}")
+    info(report.format())
+    return report
+
+
+def check_declared_runs(cfg: StackConfig, info: Callable[[str], None]) -> list[PreflightReport]:
+    """Each run of ``gke-ray-tpu:runs``: its sharding, HBM and cost, at preview.
+
+    These runs are applied by ``pulumi up``, so one that cannot shard or does
+    not fit the chip's HBM fails preview; the breakdown and the cost are
+    printed for the review. With ``compileCheck`` XLA's compiler decides
+    whether it fits (:mod:`gke_ray_tpu.stack.xla_check`); otherwise the estimate does, and
+    only when it is sure.
+    """
+    reports = []
+    for index, run in enumerate(cfg.runs):
+        job = cfg.declared_job(index)
+        key = f"{config_key('runs')}[{index}]"
+        report = preflight(cfg, job.maxtext, elastic=job.elastic, min_slices=job.min_slices)
+        if report.errors:
+            raise report.errors[0].renamed(key)
+        text = report.format()
+        if cfg.compile_check:
+            text += "\n" + _compiled(cfg, job, key, run.run_name, report)
+        elif report.hbm is not None and report.hbm.does_not_fit:
+            raise ConfigError(
+                key, run.run_name,
+                f"a run that fits the chips: estimated {report.hbm.total_gib:.2f} GiB per chip, "
+                f"{report.hbm.usable_gib:.2f} GiB usable on {cfg.shape.generation.name} "
+                "(lower per_device_batch_size, bfloat16 weights, remat_policy full, more fsdp)",
+            )
+        info(f"Declared run {run.run_name} (preset {run.preset}):\n" + text)
+        reports.append(report)
+    return reports
+
+
+def _compiled(cfg: StackConfig, job: JobSpec, key: str, name: str, report: PreflightReport) -> str:
+    """XLA's figures for a declared run at each slice count it may train on, under the pods' flags;
+    a run XLA does not compile at some count fails preview under its key, naming the count."""
+    try:
+        results = xla_check.check_job(job, xla_check.pod_flags(cfg.planned_cluster_spec), report.slice_counts)
+    except xla_check.CompileCheckError as error:
+        raise ConfigError(config_key("compile_check"), True, f"a compile check that can run here: {error}") from None
+    if not results.fits:
+        counts = ", ".join(str(n) for n in sorted(report.slice_counts))
+        raise ConfigError(
+            key, name, f"a run XLA compiles within the chips' HBM at each slice count it may train on ({counts}): "
+            + results.refusal(),
+        )
+    return results.format(report.estimate_by_slices)
+
+
+def stack_costs(cfg: StackConfig) -> list[CapacityCost]:
+    """The stack under every capacity mode its TPU generation allows (the CPU pool and the fee only where the stack owns them).
+
+    Held, the CPU pool runs all its nodes; scaled to zero, the system pool's node stays and the pool of Ray heads
+    has one node while one run trains, none while no run exists (GkeRayCluster)."""
+    owned = not (cfg.autopilot or cfg.existing_cluster_name)
+    cpu = cpu_machine_usd_per_hour(cfg.cpu_machine_type) if owned else None
+    system = cpu_machine_usd_per_hour(gke_cluster.SYSTEM_MACHINE_TYPE) * gke_cluster.SYSTEM_NODE_COUNT if owned else None
+    modes = tuple(mode for mode in CAPACITY_MODES if mode != "flex-start" or cfg.shape.generation.flex_start)
+    return capacity_costs(
+        cfg.shape, cfg.num_slices, cfg.region,
+        scale_to_zero=cfg.scale_to_zero_or_default,
+        cpu_usd_per_hour=None if cpu is None else cpu * cfg.cpu_node_count,
+        cluster_fee=not cfg.existing_cluster_name,
+        modes=modes,
+        region_key="gcp:region",
+        per_run_cpu_usd_per_hour=(system, None if cpu is None else system + cpu),
+    )
+
+
+def check_idle_cost(cfg: StackConfig, info: Callable[[str], None], warn: Callable[[str], None]) -> list[CapacityCost]:
+    """Print what the stack costs idle and training per capacity mode; warn when it holds slices nothing declared uses."""
+    try:
+        costs = stack_costs(cfg)
+    except ConfigError as error:
+        warn(f"no cost per capacity mode: {error}")
+        return []
+    if cfg.autopilot:
+        pool = "the Ray head's Autopilot pod not priced"
+    elif cfg.existing_cluster_name:
+        pool = "the existing cluster's nodes and fee not counted"
+    elif cpu_machine_usd_per_hour(cfg.cpu_machine_type) is None:
+        pool = f"CPU pool of {cfg.cpu_machine_type} not priced (N1/N2 standard and highmem are)"
+    elif cfg.scale_to_zero_or_default:
+        head = cpu_machine_usd_per_hour(cfg.cpu_machine_type)
+        pool = (
+            f"system pool {gke_cluster.SYSTEM_NODE_COUNT} x {gke_cluster.SYSTEM_MACHINE_TYPE} "
+            f"${cpu_machine_usd_per_hour(gke_cluster.SYSTEM_MACHINE_TYPE):,.2f}/h, Ray head pool 0-{cfg.cpu_node_count} x "
+            f"{cfg.cpu_machine_type} (${head:,.2f}/h per running run), GKE fee $0.10/h"
+        )
+    else:
+        pool = f"CPU pool {cfg.cpu_node_count} x {cfg.cpu_machine_type} ${costs[0].cpu_usd_per_hour:,.2f}/h, GKE fee $0.10/h"
+    what = f"{cfg.num_slices} x {cfg.shape.pod_type} = {cfg.num_slices * cfg.shape.chips} chips in {cfg.region}; {pool}"
+    info(format_capacity_costs(costs, cfg.capacity, what))
+    chosen = next(cost for cost in costs if cost.capacity == cfg.capacity)
+    if chosen.slices_billed_idle and cfg.capacity != "reservation" and not cfg.runs:
+        warn(
+            f"this stack holds its {cfg.num_slices * cfg.shape.chips} TPU chips while no run is declared: "
+            f"${chosen.idle_usd_per_hour:,.2f}/hour idle (${chosen.idle_usd_per_month:,.0f} a month); set "
+            f"{config_key('scale_to_zero')} true to pay for slices only while a run trains (each run then waits "
+            "minutes for its slices)"
+        )
+    return costs
+
+
+def check_recreated_slices(cfg: StackConfig, deployed: Mapping[str, object], warn: Callable[[str], None]) -> None:
+    """Warn when the config changes what the deployed stack's TPU node pools are made of (its last outputs:
+    ``deployed``): GKE cannot change a pool's VMs in place, so each pool is deleted and created again (first
+    deleted: the names are fixed) and whatever runs on its slices stops."""
+    shape = cfg.shape
+    now = {
+        "capacity": (cfg.capacity, "capacity"),
+        "scaleToZero": (cfg.scale_to_zero_or_default, "scale_to_zero"),
+        "tpuGeneration": (shape.generation.name, "tpu_generation"),
+        "topology": (shape.topology, "tpu_topology"),
+    }
+
+    def shown(value: object) -> str:
+        return json.dumps(value) if isinstance(value, bool) else str(value)  # as Pulumi config spells it
+
+    changed = [
+        f"{config_key(field)} {shown(deployed[output])} -> {shown(value)}"
+        for output, (value, field) in now.items()
+        if deployed.get(output) is not None and deployed[output] != value
+    ]
+    if changed:
+        pools = "its TPU node pools are deleted and created again (GKE changes no VM in place)"
+        if cfg.autopilot:
+            pools = "Autopilot provisions its slices anew"
+        warn(
+            f"{', '.join(changed)}: {pools}, and the RayCluster changes with them; every run on the slices stops "
+            "now (a run resumes from its last checkpoint when submitted again). Stop or let finish the runs first."
+        )
+
+
+def check_ray_image(cfg: StackConfig, warn: Callable[[str], None]) -> None:
+    """Warn when the Ray pods' image is a moving tag: each pod start may run a build nobody reviewed, with the
+    bucket's rights, and a new Ray may change defaults (token auth) under the stack."""
+    if is_moving_tag(cfg.ray_image):
+        warn(
+            f"{config_key('ray_image')} {cfg.ray_image} is a moving tag: every Ray pod start pulls whatever was "
+            "last pushed under it and runs it with the bucket's rights; pin a release tag or a digest you tested "
+            "(docs/security.md)"
+        )

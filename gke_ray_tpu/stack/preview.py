@@ -1,0 +1,153 @@
+"""Offline preview of a stack for PR reviews: ``python -m gke_ray_tpu.stack.preview [--stack dev]``.
+
+Runs the real ``__main__.py`` against Pulumi's mock engine (no CLI, no cloud,
+no credentials) and prints what ``pulumi up`` would create, the Kubernetes
+manifests it would apply, whether the planned MaxText run's sharding maps onto
+the slices, its estimated HBM per chip, and its cost. The versions GKE offers
+and an existing cluster's settings are the mock engine's (``gke_ray_tpu.stack.mock_engine``),
+not your project's: ``pulumi preview`` checks those against GKE.
+
+``--compile`` also compiles the planned run's train step for the slices, at
+each slice count it may train on, with XLA's TPU compiler under the flags the
+stack's TPU pods get (:mod:`gke_ray_tpu.stack.xla_check`: minutes on a CPU, then cached)
+and prints XLA's HBM figures beside the estimate's; ``--json`` prints the
+training section as one JSON object. Exit status: 0 when the preview is sound,
+1 on a sharding mismatch or when XLA does not compile the run within the chip's
+HBM at some slice count, 2 on a config error, 3 when the compile check could
+not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from gke_ray_tpu.core import REPO_ROOT
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.job_spec import parse_overrides
+from gke_ray_tpu.core.maxtext import check_settings, render
+from gke_ray_tpu.stack.config import config_key, parse_stack_config
+from gke_ray_tpu.stack.mock_engine import load_stack_file, run_offline
+from gke_ray_tpu.stack.preflight import PreflightReport, check_idle_cost, check_ray_image, planned_job, planned_run, preflight
+from gke_ray_tpu.stack.resource_tree import manifests_yaml, render_tree
+from gke_ray_tpu.stack.xla_check import CompileCheckError, SliceCountResults, check_job, pod_flags
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m gke_ray_tpu.stack.preview", description=__doc__.split("\n\n")[0])
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--stack", default="dev", help="read Pulumi.<stack>.yaml (default: dev)")
+    source.add_argument("--config-file", type=Path, help="a Pulumi.<stack>.yaml anywhere")
+    parser.add_argument("--preset", help="training preset to check (default: the stack's plannedPreset, else llama3-8b)")
+    parser.add_argument("--elastic", action="store_true", help="check (with --compile: compile) every slice count down to elasticMinSlices")
+    parser.add_argument(
+        "--section",
+        choices=("all", "resources", "manifests", "training"),
+        default="all",
+        help="print only one part of the preview",
+    )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="compile the planned run's train step for the slices, at each slice count it may train on, with XLA "
+        "under the pods' flags (libtpu, no TPU; minutes, then cached) and report XLA's HBM per chip; exit 1 when it "
+        "does not fit at some count",
+    )
+    parser.add_argument("--json", action="store_true", help="print the training section as one JSON object (with --section training)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="MaxText overrides of the preset")
+    return parser
+
+
+def training_json(stack: str, maxtext: dict, report: PreflightReport, xla: Optional[SliceCountResults]) -> dict:
+    """The training section as data: the run, its sharding, the estimate and, with --compile, XLA's figures
+    (``xla``: the worst slice count; ``xla_by_slices``: each count)."""
+    hbm = report.hbm
+    estimate = None if hbm is None else {
+        "total_gib": hbm.total_gib,
+        "usable_gib": hbm.usable_gib,
+        "margin_gib": hbm.margin_gib,
+        "verdict": hbm.verdict,
+        "breakdown_gib": dict(hbm.rows()),
+    }
+    out = {
+        "stack": stack,
+        "run": maxtext,
+        "sharding": {"ok": report.ok, "slice_counts": list(report.slice_counts), "errors": [str(e) for e in report.errors]},
+        "estimate": estimate,
+        "warnings": report.warnings,
+    }
+    if xla is not None:
+        out.update(xla.to_json(report.estimate_by_slices))
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.json and args.section != "training":
+        print("preview: --json prints the training section: add --section training", file=sys.stderr)
+        return 2
+    if args.compile and args.section not in ("all", "training"):
+        print(f"preview: --compile checks the planned run, which --section {args.section} does not show", file=sys.stderr)
+        return 2
+    path = args.config_file or REPO_ROOT / f"Pulumi.{args.stack}.yaml"
+    if not path.is_file():
+        print(f"preview: no stack file {path}", file=sys.stderr)
+        return 2
+    stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
+    raw = load_stack_file(path)
+    try:
+        cfg = parse_stack_config(raw)
+        overrides = parse_overrides(args.overrides)
+        check_settings(overrides)
+        maxtext, elastic = planned_run(
+            args.preset or cfg.planned_preset,
+            {**cfg.planned_overrides, **overrides},
+            key="--preset" if args.preset else config_key("planned_preset"),
+        )
+        run = run_offline(raw, stack=stack) if args.section != "training" else None
+    except ConfigError as error:
+        print(f"preview: {error}", file=sys.stderr)
+        return 2
+    report = preflight(cfg, maxtext, elastic=elastic or args.elastic)
+    xla = None
+    if args.compile and report.ok:
+        try:
+            job = planned_job(cfg, args.preset or cfg.planned_preset, {**cfg.planned_overrides, **overrides})
+            xla = check_job(job, pod_flags(cfg.planned_cluster_spec), report.slice_counts, cfg.shape)
+        except ConfigError as error:
+            print(f"preview: {error}", file=sys.stderr)
+            return 2
+        except CompileCheckError as error:
+            print(f"preview: the compile check could not run: {error}", file=sys.stderr)
+            return 3
+    status = 0 if report.ok and (xla is None or xla.fits) else 1
+    if xla is not None and not xla.fits:
+        print(f"preview: XLA does not compile the run within HBM {xla.refusal()}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(training_json(stack, maxtext, report, xla), indent=2))
+        return status
+
+    sections = []
+    if run is not None and args.section in ("all", "resources"):
+        sections.append(render_tree(run, f"Resources of gke-ray-tpu/{stack} (pulumi up would create)"))
+        sections.append("Stack outputs:\n" + json.dumps(run.outputs, indent=2))
+    if run is not None and args.section in ("all", "manifests"):
+        sections.append("Kubernetes manifests:\n---\n" + manifests_yaml(run))
+    if args.section in ("all", "training"):
+        settings = " ".join(f"{key}={render(value)}" for key, value in maxtext.items())
+        sections.append(f"Planned run: {settings}\n" + report.format())
+        if xla is not None:
+            sections.append(xla.format(report.estimate_by_slices))
+        costs: list[str] = []
+        check_idle_cost(cfg, info=costs.append, warn=lambda message: costs.append(f"warning: {message}"))
+        check_ray_image(cfg, warn=lambda message: costs.append(f"warning: {message}"))
+        sections.append("\n".join(costs))
+    print("\n\n".join(sections))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,461 @@
+"""The compile check: XLA's own HBM verdict for a run, compiled for its TPU topology on this CPU host.
+
+The HBM figures of :mod:`gke_ray_tpu.core.estimates.memory` are a model. This check asks
+the compiler instead: MaxText's AOT ``train_compile`` builds the train step of
+the job (:func:`request_for_job` takes a :class:`gke_ray_tpu.core.job_spec.JobSpec`, so the
+settings are the ones the job runs with) for the slice topology, at each slice
+count the run may train on (:func:`check_job`), under the XLA flags the
+cluster's TPU pods get (:func:`pod_flags`), and XLA's TPU compiler (the
+``libtpu`` wheel; no TPU needed) either compiles it, and says what it holds in
+HBM per device, or refuses it with how much it would need against how much one
+device has.
+
+The compile runs in a child process (:mod:`gke_ray_tpu.stack.xla_compile`): libtpu, JAX,
+MaxText and about 2 GiB of memory stay out of the caller (``pulumi preview``),
+and the child's environment is set here. It takes minutes, so a line on stderr
+says how long it has run and which phase MaxText is in, every
+:data:`PROGRESS_EVERY_S` seconds. Results are cached under :func:`cache_dir` by
+a digest of everything that changes the program (:meth:`CompileRequest.digest`),
+so an unchanged run is answered from the cache in milliseconds and a changed
+run compiles again. Only verdicts are kept (it fits, or it does not): a compile
+MaxText or XLA refused for another reason compiles again next time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Optional
+
+from gke_ray_tpu.components.ray_manifests import RayClusterSpec, libtpu_init_args
+from gke_ray_tpu.core import REPO_ROOT
+from gke_ray_tpu.core.job_spec import JobSpec
+from gke_ray_tpu.core.maxtext import configs_dir, render
+from gke_ray_tpu.core.tpu_catalogue import SliceShape
+
+CHILD = Path(__file__).with_name("xla_compile.py")
+GIB = 2**30
+
+CACHE_DIR_ENV = "GKE_RAY_TPU_CACHE_DIR"
+"""Overrides where results are kept (default: ``$XDG_CACHE_HOME/gke-ray-tpu/compile-check``)."""
+PROGRESS_EVERY_S = 15.0
+TIMEOUT_S = 1800.0
+"""A 70B compile takes ~3 minutes on two cores; ten times that means the child is stuck."""
+
+NOT_IN_PROGRAM = frozenset({"run_name", "base_output_directory", "jax_cache_dir", "checkpoint_period"})
+"""Job settings the compiled train step does not contain (where and under which name the run writes,
+its compilation cache, how often it checkpoints): left out of the digest, so a declared run and the
+same run from the command line share one result."""
+
+PROGRAM_ENV = ("MAXTEXT_CONFIGS_DIR",)
+"""Environment the child inherits that changes which YAML MaxText reads."""
+
+NOT_INHERITED = ("LIBTPU_INIT_ARGS", "XLA_FLAGS")
+"""The compiler's flags come from the cluster's pods (:func:`pod_flags`), never from the caller's shell:
+the pods set ``LIBTPU_INIT_ARGS`` and no ``XLA_FLAGS``."""
+
+HOST_INTERFACE_FLAGS = frozenset({"--megascale_grpc_interface_prefixes"})
+"""Flags of the pods' ``LIBTPU_INIT_ARGS`` that name the pod's own network interfaces (DRANET's eth1..ethN):
+they say where megascale's DCN traffic goes, this host has none of those interfaces, and the program XLA
+compiles does not depend on them."""
+
+VERDICTS = ("compiled", "oom")
+"""The child's answers that are the run's verdict, and cached; any other ("error") is not."""
+
+VERSIONED = ("maxtext", "libtpu", "jax", "jaxlib")
+
+CHILD_ENV = {
+    # Nothing here may start a TPU backend: the topology is described, not attached.
+    "JAX_PLATFORMS": "cpu",
+    # libtpu looks for its TPU VM's worker hostnames and prints an error without them.
+    "TPU_WORKER_HOSTNAMES": "localhost",
+    # Another compile (a second preview, a test) may hold libtpu's lock file.
+    "ALLOW_MULTIPLE_LIBTPU_LOAD": "true",
+    "TF_CPP_MIN_LOG_LEVEL": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+}
+
+_PHASES = (
+    ("Starting train_compile.py", "MaxText: building the model and its sharding"),
+    ("Jitting and compiling train step", "XLA: compiling the train step"),
+    ("Jitting and compilation complete", "XLA: reading the chip's HBM limit"),
+)
+"""Lines MaxText's train_compile prints, and what they mean for someone waiting."""
+
+
+def pod_flags(cluster: RayClusterSpec) -> tuple[str, ...]:
+    """The ``LIBTPU_INIT_ARGS`` the cluster's TPU pods get (the manifest's own function), less
+    :data:`HOST_INTERFACE_FLAGS`."""
+    return tuple(flag for flag in libtpu_init_args(cluster).split() if flag.split("=", 1)[0] not in HOST_INTERFACE_FLAGS)
+
+
+class CompileCheckError(RuntimeError):
+    """The check could not run (no libtpu, the child died or hung): no verdict, and nothing is cached."""
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def cache_dir() -> Path:
+    override = os.environ.get(CACHE_DIR_ENV)
+    if override:
+        return Path(override)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gke-ray-tpu" / "compile-check"
+
+
+def versions() -> dict[str, str]:
+    found = {}
+    for name in VERSIONED:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            raise CompileCheckError(
+                f"{name} is not installed in {sys.executable}: the compile check needs MaxText and the TPU "
+                "compiler (libtpu); bin/setup installs both from requirements.txt"
+            ) from None
+    return found
+
+
+@dataclass(frozen=True)
+class CompileRequest:
+    """One compile: MaxText's argv (config path, then key=value) for a target topology."""
+
+    label: str
+    maxtext_argv: tuple[str, ...]
+    compile_topology: str
+    """MaxText's name of one slice (``v6e-16``)."""
+    num_slices: int
+    generation: str
+    libtpu_flags: tuple[str, ...]
+    """The child's ``LIBTPU_INIT_ARGS``: the pods' (:func:`pod_flags`)."""
+
+    def _config_files(self) -> dict[str, str]:
+        """sha256 of the YAML MaxText resolves the run's config from: the base config and the model's overlay."""
+        config = self.maxtext_argv[0]
+        base = REPO_ROOT / config
+        if not base.is_file():
+            base = (configs_dir() or REPO_ROOT / "configs") / config.removeprefix("src/maxtext/configs/")
+        settings = dict(item.split("=", 1) for item in self.maxtext_argv[1:])
+        files = [base, base.parent / "models" / f"{settings.get('model_name', 'default')}.yml"]
+        return {str(path): hashlib.sha256(path.read_bytes()).hexdigest() for path in files if path.is_file()}
+
+    def digest(self) -> str:
+        """What the compiled program depends on: the versions, the config, the target, this check's child."""
+        program = [item for item in self.maxtext_argv[1:] if item.split("=", 1)[0] not in NOT_IN_PROGRAM]
+        payload = {
+            "versions": versions(),
+            "config": self.maxtext_argv[0],
+            "config_files": self._config_files(),
+            "settings": program,
+            "compile_topology": self.compile_topology,
+            "num_slices": self.num_slices,
+            "libtpu_flags": list(self.libtpu_flags),
+            "env": {name: os.environ.get(name) for name in PROGRAM_ENV},
+            "child": hashlib.sha256(CHILD.read_bytes()).hexdigest(),
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def request_for_job(
+    spec: JobSpec, libtpu_flags: Iterable[str], shape: Optional[SliceShape] = None, num_slices: Optional[int] = None
+) -> CompileRequest:
+    """The compile of a job's train step under ``libtpu_flags``: for its own slices, or for ``shape`` x ``num_slices``.
+
+    A CPU preset (``tiny-cpu``) has no TPU target of its own: its model is
+    compiled for the slices given, with ``hardware=tpu``.
+    """
+    shape = shape or spec.shape()
+    slices = num_slices or spec.slices
+    settings = dict(spec.maxtext)
+    if settings.get("hardware") == "cpu":
+        settings["hardware"] = "tpu"
+    model = settings.get("model_name", "default")
+    return CompileRequest(
+        label=f"{spec.run_name} ({model}) on {slices} x {shape.pod_type}",
+        maxtext_argv=(spec.config, *(f"{key}={render(value)}" for key, value in settings.items())),
+        compile_topology=shape.maxtext_accelerator,
+        num_slices=slices,
+        generation=shape.generation.name,
+        libtpu_flags=tuple(libtpu_flags),
+    )
+
+
+@dataclass(frozen=True)
+class XlaResult:
+    """XLA's verdict on one compile, per JAX device (a chip; a TensorCore on tpu7x)."""
+
+    request: CompileRequest
+    outcome: dict
+    """What the child wrote (:mod:`gke_ray_tpu.stack.xla_compile`): status, byte counts or XLA's message, time, RSS."""
+    digest: str
+    versions: dict
+    wall_seconds: float
+    log: str
+    cached: bool = False
+
+    @property
+    def status(self) -> str:
+        return self.outcome["status"]
+
+    @property
+    def fits(self) -> Optional[bool]:
+        """True: XLA compiled it; False: out of HBM; None: MaxText or XLA refused it for another reason."""
+        return {"compiled": True, "oom": False}.get(self.status)
+
+    def _gib(self, key: str) -> Optional[float]:
+        value = self.outcome.get(key)
+        return None if value is None else value / GIB
+
+    @property
+    def peak_hbm_gib(self) -> Optional[float]:
+        """XLA's peak (compiled) or what it says it would need (out of HBM)."""
+        return self._gib("peak_bytes") if self.status == "compiled" else self.outcome.get("needed_gib")
+
+    @property
+    def hbm_limit_gib(self) -> Optional[float]:
+        return self.outcome.get("hbm_limit_gib", self.outcome.get("available_gib"))
+
+    @property
+    def margin_gib(self) -> Optional[float]:
+        if self.peak_hbm_gib is None or self.hbm_limit_gib is None:
+            return None
+        return self.hbm_limit_gib - self.peak_hbm_gib
+
+    @property
+    def message(self) -> str:
+        return self.outcome.get("message", "")
+
+    def rows(self) -> list[tuple[str, Optional[float]]]:
+        return [
+            ("arguments (parameters, optimizer state, batch)", self._gib("argument_bytes")),
+            ("temporaries", self._gib("temp_bytes")),
+            ("generated code", self._gib("generated_code_bytes")),
+            ("peak" if self.status == "compiled" else "needed (XLA)", self.peak_hbm_gib),
+            ("HBM limit (XLA)", self.hbm_limit_gib),
+        ]
+
+    def verdict(self) -> str:
+        if self.fits:
+            return f"fits (margin {self.margin_gib:+.2f} GiB)"
+        if self.fits is False:
+            needed = "more" if self.peak_hbm_gib is None else f"{self.peak_hbm_gib:.2f} GiB"
+            return f"does NOT fit: XLA needs {needed} of the {self.hbm_limit_gib or 0:.2f} GiB one device has"
+        return f"MaxText or XLA refused the run: {_last_line(self.message)}"
+
+    def format(self, estimate_gib: Optional[float] = None) -> str:
+        per = "per TensorCore" if self.request.generation == "tpu7x" else "per chip"
+        how = "cached" if self.cached else (
+            f"{self.wall_seconds:.0f} s, {self.outcome.get('peak_rss_mib', 0) / 1024:.1f} GiB RSS"
+        )
+        lines = [
+            f"HBM {per} (XLA, compiled for {self.request.num_slices} x {self.request.compile_topology} with "
+            f"{len(self.request.libtpu_flags)} LIBTPU_INIT_ARGS flags; "
+            f"MaxText {self.versions['maxtext']}, libtpu {self.versions['libtpu']}; {how}):"
+        ]
+        shown = [(label, gib) for label, gib in self.rows() if gib is not None]
+        width = max(len(label) for label, _ in shown) + 2 if shown else 0
+        lines += [f"  {label:<{width}}{_size(gib)}" for label, gib in shown]
+        lines.append(f"  verdict (XLA): {self.verdict()}")
+        if estimate_gib is not None and self.peak_hbm_gib:
+            lines.append(
+                f"  the estimate said {estimate_gib:.2f} GiB: {estimate_gib / self.peak_hbm_gib:.2f} x XLA's figure"
+            )
+        if not self.cached and self.fits is None:
+            lines.append(f"  log: {self.log}")
+        return "\n".join(lines)
+
+    def to_json(self, estimate_gib: Optional[float] = None) -> dict:
+        return {
+            "fits": self.fits,
+            "status": self.status,
+            "peak_hbm_gib": self.peak_hbm_gib,
+            "hbm_limit_gib": self.hbm_limit_gib,
+            "margin_gib": self.margin_gib,
+            "arguments_gib": self._gib("argument_bytes"),
+            "outputs_gib": self._gib("output_bytes"),
+            "aliased_gib": self._gib("alias_bytes"),
+            "temporaries_gib": self._gib("temp_bytes"),
+            "generated_code_gib": self._gib("generated_code_bytes"),
+            "message": self.message or None,
+            "estimate_total_gib": estimate_gib,
+            "estimate_over_xla": estimate_gib / self.peak_hbm_gib if estimate_gib and self.peak_hbm_gib else None,
+            "per": "tensorcore" if self.request.generation == "tpu7x" else "chip",
+            "compile_topology": self.request.compile_topology,
+            "num_slices": self.request.num_slices,
+            "libtpu_flags": list(self.request.libtpu_flags),
+            "versions": self.versions,
+            "compile_seconds": self.outcome.get("compile_seconds"),
+            "peak_rss_mib": self.outcome.get("peak_rss_mib"),
+            "cached": self.cached,
+            "digest": self.digest,
+            "log": self.log,
+        }
+
+
+def _size(gib: float) -> str:
+    # A small model's figures are MiB; 0.00 GiB would hide them.
+    return f"{gib:>8.2f} GiB" if gib >= 0.01 else f"{gib * 1024:>8.2f} MiB"
+
+
+def _last_line(message: str) -> str:
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    return lines[-1][:400] if lines else "no message"
+
+
+def _phase(log: Path) -> str:
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    found = "starting Python, importing MaxText"
+    for marker, meaning in _PHASES:
+        if marker in text:
+            found = meaning
+    return found
+
+
+def _child_env(request: CompileRequest) -> dict[str, str]:
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    inherited = {name: value for name, value in os.environ.items() if name not in NOT_INHERITED}
+    return {**inherited, **CHILD_ENV, "PYTHONPATH": path, "LIBTPU_INIT_ARGS": " ".join(request.libtpu_flags)}
+
+
+def _run_child(request: CompileRequest, log: Path, progress: Callable[[str], None], every_s: float, timeout_s: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="xla-check-") as scratch:
+        request_file, result_file = Path(scratch, "request.json"), Path(scratch, "result.json")
+        request_file.write_text(json.dumps({
+            "maxtext_argv": list(request.maxtext_argv),
+            "compile_topology": request.compile_topology,
+            "num_slices": request.num_slices,
+        }))
+        started = time.monotonic()
+        with open(log, "wb") as out:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "gke_ray_tpu.stack.xla_compile", str(request_file), str(result_file)],
+                cwd=REPO_ROOT, env=_child_env(request), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+            try:
+                while True:
+                    try:
+                        child.wait(timeout=every_s)
+                        break
+                    except subprocess.TimeoutExpired:
+                        elapsed = time.monotonic() - started
+                        if elapsed > timeout_s:
+                            raise CompileCheckError(
+                                f"the compile of {request.label} ran past {timeout_s:.0f} s and was stopped (log: {log})"
+                            ) from None
+                        progress(f"compile check: {request.label}: {elapsed:.0f} s, {_phase(log)}")
+            finally:
+                if child.poll() is None:
+                    os.killpg(child.pid, signal.SIGKILL)
+                    child.wait()
+        if not result_file.is_file():
+            # libtpu exits the process on a flag it does not know: its last line says which.
+            raise CompileCheckError(
+                f"the compile of {request.label} exited with status {child.returncode} and no verdict: "
+                f"{_last_line(log.read_text(errors='replace'))} (log: {log})"
+            )
+        return {**json.loads(result_file.read_text()), "wall_seconds": time.monotonic() - started}
+
+
+def compile_check(
+    request: CompileRequest,
+    *,
+    progress: Callable[[str], None] = _stderr,
+    every_s: Optional[float] = None,
+    timeout_s: float = TIMEOUT_S,
+) -> XlaResult:
+    """XLA's verdict on ``request``: from the cache when nothing that changes the program has changed.
+
+    ``progress`` gets a line every ``every_s`` seconds (default :data:`PROGRESS_EVERY_S`) while it compiles.
+    """
+    found = versions()
+    digest = request.digest()
+    directory = cache_dir()
+    entry, log = directory / f"{digest}.json", directory / f"{digest}.log"
+    if entry.is_file():
+        try:
+            record = json.loads(entry.read_text())
+            if record["outcome"]["status"] in VERDICTS:
+                return XlaResult(request, record["outcome"], digest, found, record["wall_seconds"], str(log), cached=True)
+        except (ValueError, KeyError, TypeError):
+            pass  # a torn entry, or an older check's: compile again and overwrite it
+    directory.mkdir(parents=True, exist_ok=True)
+    progress(
+        f"compile check: {request.label}: compiling the train step for {request.num_slices} x "
+        f"{request.compile_topology} on this CPU (minutes; log: {log})"
+    )
+    outcome = _run_child(request, log, progress, every_s or PROGRESS_EVERY_S, timeout_s)
+    wall = outcome.pop("wall_seconds")
+    if outcome["status"] in VERDICTS:
+        partial = entry.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps({"outcome": outcome, "wall_seconds": wall, "versions": found}))
+        os.replace(partial, entry)
+    else:
+        # Not the run's answer (a setting MaxText refuses, a flag XLA refuses for this target, a file it
+        # could not read): its cause may lie outside what the digest covers, and a cached copy would
+        # keep answering an error that is gone.
+        entry.unlink(missing_ok=True)
+    result = XlaResult(request, outcome, digest, found, wall, str(log))
+    progress(f"compile check: {request.label}: {result.verdict()} ({wall:.0f} s)")
+    return result
+
+
+@dataclass(frozen=True)
+class SliceCountResults:
+    """XLA's verdicts on one run at each slice count it may train on (one count for a static run)."""
+
+    by_slices: Mapping[int, XlaResult]
+
+    @property
+    def worst(self) -> XlaResult:
+        """Out of HBM before refused for another reason before the smallest margin."""
+        return min(
+            self.by_slices.values(),
+            key=lambda r: (r.fits is True, r.fits is None, r.margin_gib if r.margin_gib is not None else 0.0),
+        )
+
+    @property
+    def fits(self) -> bool:
+        return all(result.fits for result in self.by_slices.values())
+
+    def refused(self) -> list[XlaResult]:
+        """The counts XLA does not compile within HBM (or at all), fewest slices first."""
+        return [result for _, result in sorted(self.by_slices.items()) if not result.fits]
+
+    def refusal(self) -> str:
+        """Which count XLA refuses, and why; empty when it fits at every count."""
+        return "; ".join(
+            f"at {r.request.num_slices} x {r.request.compile_topology}: {r.verdict()} (log: {r.log})" for r in self.refused()
+        )
+
+    def format(self, estimates: Mapping[int, float]) -> str:
+        """Each count's figures, with the estimate where ``estimates`` has one for that count."""
+        return "\n".join(result.format(estimates.get(n)) for n, result in sorted(self.by_slices.items(), reverse=True))
+
+    def to_json(self, estimates: Mapping[int, float]) -> dict:
+        """``xla``: the worst count; ``xla_by_slices``: every count, keyed by its number as a string."""
+        worst = self.worst
+        return {
+            "xla": worst.to_json(estimates.get(worst.request.num_slices)),
+            "xla_by_slices": {str(n): r.to_json(estimates.get(n)) for n, r in sorted(self.by_slices.items())},
+        }
+
+
+def check_job(
+    spec: JobSpec, libtpu_flags: Iterable[str], slice_counts: Iterable[int], shape: Optional[SliceShape] = None, **options
+) -> SliceCountResults:
+    """XLA's verdict on a job's train step at each of ``slice_counts`` (an elastic run trains on any of
+    them after a lost slice, with another sharding and another peak), under ``libtpu_flags``."""
+    flags = tuple(libtpu_flags)
+    return SliceCountResults({
+        count: compile_check(request_for_job(spec, flags, shape, count), **options) for count in sorted(set(slice_counts))
+    })

@@ -1,0 +1,320 @@
+"""A throwaway Ray head on 127.0.0.1, for the local run and the tests.
+
+``ray start --head --block`` runs in its own process group, so stopping it
+stops exactly the processes it started (raylet, GCS, dashboard, workers) and
+nothing else on the machine; ``ray stop`` would kill every Ray on the host.
+Every port is picked free, so two local heads (two test sessions) coexist.
+``LocalRayNode`` adds a second node to such a head, for a drill that loses a
+whole node (``tests/drill.py``).
+
+A head runs with Ray's token auth, as every cluster of the stack does, on a
+fresh random token of its own: whoever talks to it (the submit command, the
+tests, the benches) sends ``head.headers`` or uses ``head.jobs()`` and
+``head.state()``. The token reaches Ray's processes through their environment,
+never their command line; Ray's auth settings in the caller's environment
+(``RAY_AUTH_MODE``, ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``) are replaced,
+so they can neither turn auth off nor swap the token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Mapping, Self
+
+from gke_ray_tpu.training.driver.errors import ClusterError
+from gke_ray_tpu.training.driver.ray_auth import ADDRESS_TOKEN_ENV, RAY_AUTH_ENV, bearer
+
+SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Ray's switch for multi-node clusters (``ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR``); "0" keeps a node on loopback."""
+
+_PORT_FLAGS = (
+    "--port",
+    "--dashboard-port",
+    "--ray-client-server-port",
+    "--dashboard-agent-listen-port",
+    "--dashboard-agent-grpc-port",
+    "--runtime-env-agent-port",
+    "--metrics-export-port",
+    "--node-manager-port",
+    "--object-manager-port",
+)
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports that were free a moment ago."""
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.create_server(("127.0.0.1", 0))) for _ in range(count)]
+        return [s.getsockname()[1] for s in socks]
+
+
+class Started:
+    """A context manager around ``_start``: ``_close`` runs on exit, and when the start fails half way."""
+
+    def __enter__(self) -> Self:
+        try:
+            self._start()
+        except BaseException:
+            self._close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._close()
+
+
+class LocalRayHead(Started):
+    """``with LocalRayHead(num_cpus=2, log_path=...) as head:`` then use ``head.address``."""
+
+    def __init__(
+        self, num_cpus: int, log_path: Path, startup_timeout_s: float = 120.0, multi_node: bool = False,
+        env: Mapping[str, str] | None = None,
+    ):
+        self.num_cpus = num_cpus
+        self.multi_node = multi_node
+        self.log_path = log_path
+        self.startup_timeout_s = startup_timeout_s
+        self.env = dict(env or {})
+        """More environment for the head and every process of its jobs (a test's storage emulator)."""
+        self.token = secrets.token_hex(32)
+        """This head's own token: 256 random bits, as ``ray get-auth-token --generate`` makes."""
+        self._proc: subprocess.Popen | None = None
+        self._temp_dir: str | None = None
+        self.address = ""
+        self.gcs_address = ""
+        self.agent_address = ""
+        """The head node's dashboard agent (it takes job submissions too: ``POST /api/job_agent/jobs/``)."""
+
+    def _start(self) -> None:
+        ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS))))
+        self.address = f"http://127.0.0.1:{ports['--dashboard-port']}"
+        self.gcs_address = f"127.0.0.1:{ports['--port']}"
+        self.agent_address = f"http://127.0.0.1:{ports['--dashboard-agent-listen-port']}"
+        # Ray's unix sockets live under the temp dir; their paths must stay short.
+        self._temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:
+            # Started outside the caller's directory, so a job finds only the code its runtime env ships.
+            self._proc = subprocess.Popen(
+                self._command(ports), stdout=log, stderr=subprocess.STDOUT, env=self._env(),
+                start_new_session=True, cwd=self._temp_dir,
+            )
+        self._wait_ready()
+
+    def _command(self, ports: dict[str, int]) -> list[str]:
+        """``ray start --head`` on 127.0.0.1 and ``ports`` (a subclass adds flags)."""
+        return [
+            str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
+            "--node-ip-address=127.0.0.1",
+            "--dashboard-host=127.0.0.1",
+            "--include-dashboard=true",
+            f"--num-cpus={self.num_cpus}",
+            "--object-store-memory=268435456",
+            f"--temp-dir={self._temp_dir}",
+            "--disable-usage-stats",
+            *(f"{flag}={port}" for flag, port in ports.items()),
+        ]
+
+    def _env(self) -> dict[str, str]:
+        """The head's environment, which every Ray process it starts inherits (a subclass adds to it)."""
+        bin_dir = Path(sys.executable).parent
+        # Ray's dashboard looks for ~/ray_bootstrap_config.yaml to report which cloud it runs on and,
+        # without one, asks the cloud metadata servers (169.254.169.254), usage stats disabled or not
+        # (UsageStatsHead.run). A local head has one in its own home: nothing leaves the machine.
+        home = Path(self._temp_dir)
+        (home / "ray_bootstrap_config.yaml").write_text("provider:\n  type: local\n")
+        return {
+            **caller_env(),
+            "HOME": str(home),
+            # With usage stats off, the dashboard still tells usage-stats.ray.io so; here it tells
+            # a closed port of this machine instead.
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
+            # The job's entry point and the workers must find this venv's python.
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            # A throwaway head has nothing to drain; the default makes stop() take 30 s.
+            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+            # `ray start` swaps --node-ip-address=127.0.0.1 for the machine's outward address
+            # (services.resolve_ip_for_localhost) unless Ray is in its single-machine mode, which
+            # this selects: every process of the head then uses 127.0.0.1. A head that other nodes
+            # join (multi_node) cannot have it: Ray then refuses `ray start --address`.
+            **({} if self.multi_node else {SINGLE_MACHINE_ENV: "0"}),
+            **self.env,
+            **self.auth_env,
+        }
+
+    @property
+    def auth_env(self) -> dict[str, str]:
+        """What turns token auth on in a Ray process of this head (and tells it the token)."""
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}
+
+    @property
+    def address_env(self) -> dict[str, str]:
+        """What ``python -m gke_ray_tpu.training.submit --address <head.address>`` needs in its environment to get in."""
+        return {ADDRESS_TOKEN_ENV: self.token}
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The header every HTTP request to this head needs."""
+        return bearer(self.token)
+
+    def jobs(self):
+        """A JobSubmissionClient for this head that sends its token."""
+        from ray.job_submission import JobSubmissionClient
+
+        return JobSubmissionClient(self.address, headers=self.headers)
+
+    def state(self, resource: str, **options) -> list:
+        """Ray's state API on this head with its token: ``head.state("nodes", filters=[...])`` is ``list_nodes``
+        (``list_nodes`` and its twins send a token only when this process's own RAY_AUTH_MODE says so)."""
+        from ray.util.state.api import StateApiClient
+        from ray.util.state.common import ListApiOptions, StateResource
+
+        client = StateApiClient(self.address, headers={"Content-Type": "application/json", **self.headers})
+        return client.list(StateResource(resource), options=ListApiOptions(**options), raise_on_missing_output=True)
+
+    def _wait_ready(self) -> None:
+        import requests
+
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                tail = self.log_path.read_text(errors="replace").strip().splitlines()[-1:]
+                raise ClusterError(
+                    f"`ray start --head` exited with status {self._proc.returncode}: "
+                    f"{tail[0] if tail else 'no output'} (full log: {self.log_path})"
+                )
+            try:
+                if requests.get(f"{self.address}/api/version", headers=self.headers, timeout=2).ok:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        raise ClusterError(
+            f"the local Ray head did not answer on {self.address} within "
+            f"{self.startup_timeout_s:.0f} s (log: {self.log_path})"
+        )
+
+    def stop(self) -> None:
+        """SIGTERM ``ray start`` (it shuts its processes down in order), then
+        SIGKILL whatever of its process group is left after 30 s."""
+        if self._proc is not None:
+            try:
+                self._proc.send_signal(signal.SIGTERM)
+                if not _group_gone(self._proc, 30):
+                    os.killpg(self._proc.pid, signal.SIGKILL)
+                    _group_gone(self._proc, 10)
+            except ProcessLookupError:
+                pass
+            self._proc = None
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
+
+    def _close(self) -> None:
+        self.stop()
+
+
+_NODE_PORT_FLAGS = (
+    "--node-manager-port",
+    "--object-manager-port",
+    "--metrics-export-port",
+    "--dashboard-agent-listen-port",
+    "--dashboard-agent-grpc-port",
+    "--runtime-env-agent-port",
+)
+
+
+class LocalRayNode(Started):
+    """``with LocalRayNode(head, num_cpus=1, log_path=...) as node:`` a worker node of ``head``;
+    ``node.kill()`` SIGKILLs all its processes at once, as when a VM is reclaimed. ``env`` is more
+    environment for the node and its workers (what a pod's spec and GKE's webhooks give it), ``resources``
+    its custom resources (``ray start --resources``)."""
+
+    def __init__(
+        self, head: LocalRayHead, num_cpus: int, log_path: Path, startup_timeout_s: float = 120.0,
+        env: Mapping[str, str] | None = None, resources: Mapping[str, float] | None = None,
+    ):
+        self.head = head
+        self.num_cpus = num_cpus
+        self.log_path = log_path
+        self.startup_timeout_s = startup_timeout_s
+        self.env = dict(env or {})
+        self.resources = dict(resources or {})
+        self.proc: subprocess.Popen | None = None
+
+    def _alive_nodes(self) -> int | None:
+        """Alive nodes of the cluster, or None while the head's state API is not up yet."""
+        from ray.util.state.exception import RayStateApiException
+
+        try:
+            return len(self.head.state("nodes", filters=[("state", "=", "ALIVE")]))
+        except RayStateApiException:
+            return None
+
+    def _start(self) -> None:
+        if not self.head.multi_node:
+            raise ClusterError("a LocalRayNode joins a LocalRayHead(multi_node=True) only (Ray's single-machine mode refuses it)")
+        deadline = time.monotonic() + self.startup_timeout_s
+        while (before := self._alive_nodes()) is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        bin_dir = Path(sys.executable).parent
+        ports = dict(zip(_NODE_PORT_FLAGS, free_ports(len(_NODE_PORT_FLAGS))))
+        cmd = [
+            str(bin_dir / "ray"), "start", f"--address={self.head.gcs_address}", "--block",
+            "--node-ip-address=127.0.0.1", f"--num-cpus={self.num_cpus}", "--object-store-memory=268435456",
+            "--disable-usage-stats", *(f"{flag}={port}" for flag, port in ports.items()),
+            *([f"--resources={json.dumps(self.resources)}"] if self.resources else []),
+        ]
+        env = {**caller_env(), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **self.env,
+               **self.head.auth_env}
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                         cwd=self.head._temp_dir)
+        while (self._alive_nodes() or 0) <= (before or 1):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise ClusterError(f"the local Ray node did not join {self.head.gcs_address} (log: {self.log_path})")
+            time.sleep(0.5)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                _group_gone(self.proc, 10)
+            except ProcessLookupError:
+                pass
+            self.proc = None
+
+    def _close(self) -> None:
+        self.kill()
+
+
+def caller_env() -> dict[str, str]:
+    """This process's environment less Ray's auth settings, which a local Ray process gets from its head."""
+    return {k: v for k, v in os.environ.items() if k not in RAY_AUTH_ENV}
+
+
+def _group_gone(proc: subprocess.Popen, wait_s: float) -> bool:
+    """Reap the leader, then wait until no process of its group is left."""
+    deadline = time.monotonic() + wait_s
+    try:
+        proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        return False
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False

@@ -1,0 +1,348 @@
+"""A run on a stack that scales its slices to zero: a RayJob that brings its own RayCluster.
+
+Such a stack keeps no RayCluster. Every run is a KubeRay RayJob whose
+``rayClusterSpec`` is the one the stack exports (``rayClusterSpec``): KubeRay
+creates the cluster, GKE's cluster autoscaler brings up the TPU nodes for its
+pods, KubeRay posts the job to the head's Jobs API once every pod is ready
+(``HTTPMode``, gke_ray_tpu.core.kuberay) and deletes the cluster when the job ends. The
+job's code is the code archive in the bucket (gke_ray_tpu.core.code_archive), which every
+Ray pod sees at ``/data``; the job id is the run's submission id
+(``spec.jobId``), so the run's RayJobs are found by it, like its Ray jobs on a
+held stack (``gke_ray_tpu.training.driver.jobs_client``).
+
+This module is the Kubernetes side: the run's RayJobs, the archive upload, and
+the wait for a run's cluster with a line per change of what it waits for
+(``waiting for TPU slices: 3 of 8 hosts ready``, and the scheduler's and the
+cluster autoscaler's reasons when pods stay pending). The Jobs API side, once
+the head is up, is the held stack's: a port-forward to the run's head service.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Callable, Mapping, Optional
+
+import yaml
+
+from gke_ray_tpu.core import code_archive
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.kuberay import run_ray_job
+from gke_ray_tpu.core.naming import RAY_CLUSTER_NAME, RAY_JOB_NAME, RAY_TPU_CLUSTER_NAME
+from gke_ray_tpu.training.driver import retry
+from gke_ray_tpu.training.driver.errors import ClusterError
+from gke_ray_tpu.training.driver.jobs_client import TERMINAL, RunJob, attempt_of, is_job_of
+from gke_ray_tpu.training.driver.port_forward import serving
+
+GROUP, VERSION, PLURAL = "ray.io", "v1", "rayjobs"
+
+CLUSTER_SUFFIX = len("-xxxxx")
+"""What KubeRay appends to a RayJob's name for the name of the job's own RayCluster (5 random characters)."""
+
+DEFAULT_PRE_RUNNING_DEADLINE_S = 1800
+"""How long KubeRay lets a run wait for its cluster before it ends the RayJob (``preRunningDeadlineSeconds``):
+the Ray head's CPU node from zero (minutes), the TPU slices (GKE's cluster autoscaler gives up on a node that is
+not up within 15 minutes and tries again), and the image pull on every host. A run still waiting after 30 minutes
+is more likely stuck (no quota, no capacity) than slow; --pre-running-deadline-seconds raises it."""
+
+FINISHED = {"Complete", "Failed", "ValidationFailed"}
+"""RayJob deployment states after which KubeRay does nothing more with the RayJob (no retry either)."""
+
+SCHEDULING_REASONS = (
+    "FailedScheduling", "NotTriggerScaleUp", "TriggeredScaleUp", "FailedScaleUp", "FailedCreate",
+    "FailedCreatePodSandBox", "FailedAttachVolume", "FailedMount",
+)
+"""Events that say why a run's pods are not up yet: the scheduler's, the cluster autoscaler's, KubeRay's (a pod
+it could not create: quota) and the kubelet's."""
+
+SUMMARY_CHARS = 400
+"""A line of events is cut here: a FailedScheduling message lists every node pool's reason."""
+
+POLL_S = 5.0
+"""Seconds between two looks at a waiting run (its RayJob, pods and events): a cold start takes minutes."""
+REMIND_S = 300
+"""A waiting run's line again after this long without news, with the time since its RayJob started."""
+
+
+def max_ray_job_name(ray_cluster_spec: Mapping) -> int:
+    """The longest RayJob name whose cluster name KubeRay and, for multi-host slices, GKE's TPU webhook accept."""
+    multi_host = any(int(g.get("numOfHosts", 1)) > 1 for g in ray_cluster_spec.get("workerGroupSpecs") or [])
+    return min(RAY_JOB_NAME.max_length, (RAY_TPU_CLUSTER_NAME if multi_host else RAY_CLUSTER_NAME).max_length
+               - CLUSTER_SUFFIX)
+
+
+def ray_job_name(submission_id: str, max_length: int) -> str:
+    """The RayJob of a submission: its id where that is a valid name, else a cut of it and a digest."""
+    if RAY_JOB_NAME.matches(submission_id) and len(submission_id) <= max_length:
+        return submission_id
+    name = re.sub(r"[^a-z0-9-]+", "-", submission_id.lower()).strip("-")
+    digest = hashlib.sha256(submission_id.encode()).hexdigest()[:8]
+    return f"{name[:max_length - len(digest) - 1].rstrip('-')}-{digest}"
+
+
+def job_status(ray_job: Mapping) -> str:
+    """The Ray job status a RayJob stands for: terminal once KubeRay is done with it, active before (a retry too)."""
+    status = ray_job.get("status") or {}
+    ray_status = status.get("jobStatus") or ""
+    if status.get("jobDeploymentStatus") in FINISHED:
+        return ray_status if ray_status in TERMINAL else "FAILED"
+    return ray_status if ray_status in ("PENDING", "RUNNING") else "PENDING"
+
+
+def _epoch(timestamp: Optional[str]) -> Optional[float]:
+    """A Kubernetes timestamp (``2026-12-04T06:00:00Z``) as epoch seconds."""
+    if not timestamp:
+        return None
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+def hosts_of(ray_cluster_spec: Mapping) -> int:
+    """TPU hosts (worker pods) a run's cluster has when every slice is up."""
+    return sum(int(g.get("replicas", 0)) * int(g.get("numOfHosts", 1))
+               for g in ray_cluster_spec.get("workerGroupSpecs") or [])
+
+
+def upload_archive(fs, bucket: str, files: Mapping[str, Path], log: Callable[[str], None]) -> str:
+    """Put the code archive in the bucket unless it is there (same code, same name); its object name.
+
+    ``fs``: an fsspec filesystem for ``gs://`` (gcsfs with the user's application-default credentials)."""
+    obj = code_archive.archive_object(code_archive.digest(dict(files)))
+    path = f"{bucket}/{obj}"
+    try:
+        if fs.exists(path):
+            log(f"code archive gs://{path} is there already")
+            return obj
+        fs.pipe_file(path, code_archive.archive_zip(files), content_type="application/zip")
+    except Exception as e:  # noqa: BLE001 - gcsfs raises OSError, HttpError or google.auth errors
+        raise ClusterError(
+            f"cannot upload the code archive to gs://{path}: {retry.reason(e)} "
+            "(`gcloud auth application-default login` gives this machine credentials)"
+        ) from None
+    log(f"uploaded the code archive to gs://{path}")
+    return obj
+
+
+def gcs_filesystem():
+    """``gs://`` as this machine's user reaches it (gcsfs finds the application-default credentials)."""
+    import gcsfs
+
+    return gcsfs.GCSFileSystem()
+
+
+@dataclass(frozen=True)
+class Waited:
+    """How the wait for a run's cluster ended."""
+
+    cluster: Optional[str]
+    """The run's RayCluster, once its job runs there (None: the RayJob ended first)."""
+    ray_job: dict
+
+
+class RunClusters:
+    """The RayJobs of one namespace, through the Kubernetes API (``CoreV1Api``, ``CustomObjectsApi``)."""
+
+    def __init__(self, core, custom, namespace: str, log: Callable[[str], None],
+                 sleep: Callable[[float], None] = time.sleep, poll_s: Optional[float] = None,
+                 clock: Callable[[], float] = time.time):
+        self.core, self.custom, self.namespace = core, custom, namespace
+        self.log, self.sleep, self.clock = log, sleep, clock
+        self.poll_s = POLL_S if poll_s is None else poll_s
+
+    def _call(self, what: str, fn):
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return retry.call(fn, what, self.log)
+        except ApiException as e:
+            raise ClusterError(f"{what} ({e.status} {e.reason}): is the kubeconfig pointing at the stack's "
+                               "cluster, and may this user manage RayJobs in its namespace?") from None
+
+    def ray_jobs(self) -> list[dict]:
+        listed = self._call(
+            f"listing the RayJobs of namespace {self.namespace}",
+            lambda: self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL),
+        )
+        return list(listed.get("items") or [])
+
+    def run_jobs(self, run_name: str) -> list[RunJob]:
+        """Every RayJob of ``run_name`` as one of the run's jobs (its Ray job id is ``spec.jobId``)."""
+        return [
+            RunJob(
+                submission_id=job["spec"]["jobId"],
+                status=job_status(job),
+                started=1000 * (_epoch(job["metadata"].get("creationTimestamp")) or 0),
+                attempt=attempt_of(run_name, job["spec"]["jobId"]),
+            )
+            for job in self.ray_jobs()
+            if is_job_of(run_name, (job.get("spec") or {}).get("jobId"))
+        ]
+
+    def find(self, submission_id: str) -> dict:
+        """The RayJob whose Ray job is ``submission_id``."""
+        for job in self.ray_jobs():
+            if (job.get("spec") or {}).get("jobId") == submission_id:
+                return job
+        raise ClusterError(f"no RayJob in namespace {self.namespace} runs {submission_id}")
+
+    def read(self, name: str) -> dict:
+        from kubernetes.client.exceptions import ApiException
+
+        def get():
+            try:
+                return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+            except ApiException as e:
+                if e.status == 404:
+                    raise ClusterError(f"RayJob {self.namespace}/{name} is gone: someone deleted it, which stopped "
+                                       "its run and deleted its cluster") from None
+                raise
+        return self._call(f"reading RayJob {self.namespace}/{name}", get)
+
+    def create(self, manifest: dict) -> bool:
+        """Create the RayJob; False if one of that name exists (a concurrent or retried submit)."""
+        from kubernetes.client.exceptions import ApiException
+
+        name = manifest["metadata"]["name"]
+
+        def post():
+            try:
+                self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, manifest)
+                return True
+            except ApiException as e:
+                if e.status == 409:
+                    return False
+                raise
+        return self._call(f"creating RayJob {self.namespace}/{name}", post)
+
+    def _pods(self, cluster: str) -> list:
+        return self._call(
+            f"listing the pods of RayCluster {cluster}",
+            lambda: self.core.list_namespaced_pod(self.namespace, label_selector=f"ray.io/cluster={cluster}").items,
+        )
+
+    def _events(self, name: str, cluster: str) -> str:
+        """The latest word of the scheduler, the cluster autoscaler and KubeRay on the run's objects (RayJob
+        ``name``, RayCluster ``cluster`` and its pods), one line."""
+        events = self._call(
+            f"listing the events of namespace {self.namespace}",
+            lambda: self.core.list_namespaced_event(self.namespace).items,
+        )
+        # The latest message per reason, without counts: the line changes when what is said changes.
+        latest: dict[str, str] = {}
+        for event in sorted(events, key=lambda e: str(e.last_timestamp or e.event_time or "")):
+            about = event.involved_object.name or ""
+            if event.reason in SCHEDULING_REASONS and (about == name or (cluster and about.startswith(cluster))):
+                latest[event.reason] = " ".join((event.message or "").split())
+        text = "; ".join(f"{reason}: {message}" for reason, message in latest.items())
+        return text if len(text) <= SUMMARY_CHARS else text[:SUMMARY_CHARS - 3] + "..."
+
+    def wait_for_cluster(self, name: str, deadline_s: Optional[float] = None) -> Waited:
+        """Follow RayJob ``name`` until its job runs on its cluster, or the RayJob ends.
+
+        A line per change of what it waits for, and again every :data:`REMIND_S` while nothing changes.
+        ``deadline_s``: the RayJob's preRunningDeadlineSeconds, for the seconds left of it."""
+        said = {"hosts": "", "events": ""}
+        said_at = self.clock()
+        while True:
+            job = self.read(name)
+            status = job.get("status") or {}
+            deployment = status.get("jobDeploymentStatus") or ""
+            cluster = status.get("rayClusterName") or ""
+            if deployment in FINISHED:
+                return Waited(None, job)
+            waited = self.clock() - (_epoch(status.get("startTime")) or said_at)
+            if cluster:
+                pods = self._pods(cluster)
+                workers = [p for p in pods if (p.metadata.labels or {}).get("ray.io/node-type") == "worker"]
+                head_up = any(serving(p) for p in pods if (p.metadata.labels or {}).get("ray.io/node-type") == "head")
+                if deployment == "Running" and head_up:
+                    return Waited(cluster, job)
+                hosts = hosts_of(job["spec"]["rayClusterSpec"])
+                line = (f"waiting for TPU slices: {sum(map(serving, workers))} of {hosts} hosts ready"
+                        f"{'' if head_up else '; Ray head not ready yet'} (RayCluster {cluster})")
+            else:
+                line = f"waiting for KubeRay to create the run's RayCluster (RayJob {name}: {deployment or 'new'})"
+            if line != said["hosts"] or self.clock() - said_at >= REMIND_S:
+                self.log(line if line != said["hosts"] else f"{line}, {waited:.0f} s after the RayJob started")
+                said["hosts"], said_at = line, self.clock()
+            events = self._events(name, cluster)
+            if events and events != said["events"]:
+                left = "" if deadline_s is None else \
+                    f" ({max(0.0, deadline_s - waited):.0f} s left of preRunningDeadlineSeconds={deadline_s:.0f})"
+                self.log(f"not scheduled yet{left}: {events}")
+                said["events"] = events
+            self.sleep(self.poll_s)
+
+    def wait_after_job(self, name: str, cluster: str, timeout_s: float = 60) -> dict:
+        """The RayJob once KubeRay has seen its job end on ``cluster``: finished, or retrying on a new cluster."""
+        deadline = self.clock() + timeout_s
+        while True:
+            job = self.read(name)
+            status = job.get("status") or {}
+            moved_on = status.get("rayClusterName") != cluster or status.get("jobDeploymentStatus") != "Running"
+            if moved_on or self.clock() >= deadline:
+                return job
+            self.sleep(self.poll_s)
+
+
+def ended_line(ray_job: Mapping) -> str:
+    """Why KubeRay ended a RayJob, in one line."""
+    status = ray_job.get("status") or {}
+    spec = ray_job.get("spec") or {}
+    reason = status.get("reason") or status.get("jobDeploymentStatus") or "ended"
+    message = " ".join((status.get("message") or "").split())
+    limits = {"PreRunningDeadlineExceeded": "preRunningDeadlineSeconds", "DeadlineExceeded": "activeDeadlineSeconds"}
+    limit = f" ({limits[reason]}={spec.get(limits[reason])})" if reason in limits else ""
+    return f"RayJob {ray_job['metadata']['name']} ended: {reason}{limit}" + (f": {message}" if message else "")
+
+
+def check_backoff_limit(value: int) -> int:
+    if value < 0:
+        raise ConfigError("--backoff-limit", value, "an integer >= 0 (retries of the run, each on a new cluster)")
+    return value
+
+
+def check_deadline(value: int) -> int:
+    if value < 1:
+        raise ConfigError("--pre-running-deadline-seconds", value,
+                          "an integer >= 1: seconds a run may wait for its cluster before KubeRay ends it")
+    return value
+
+
+def with_slices(ray_cluster_spec: Mapping, slices: int) -> dict:
+    """The stack's run cluster spec with ``slices`` TPU slices: a run on fewer slices than the stack allows
+    brings (and pays for) only those. No autoscaler runs, so KubeRay keeps ``replicas`` slices (it recreates the
+    pods of a lost one); the bounds only have to hold them."""
+    groups = [{**group, "replicas": slices, "maxReplicas": slices,
+               "minReplicas": min(int(group.get("minReplicas", slices)), slices)}
+              for group in ray_cluster_spec.get("workerGroupSpecs") or []]
+    return {**ray_cluster_spec, "workerGroupSpecs": groups}
+
+
+def run_manifest(submission_id: str, namespace: str, ray_cluster_spec: Mapping, slices: int, entrypoint: str,
+                 runtime_env: dict, backoff_limit: int, pre_running_deadline_s: int) -> dict:
+    """The run's RayJob (gke_ray_tpu.core.kuberay.run_ray_job), named for its submission id, with ``slices`` slices."""
+    return run_ray_job(
+        ray_job_name(submission_id, max_ray_job_name(ray_cluster_spec)), namespace,
+        with_slices(ray_cluster_spec, slices),
+        entrypoint=entrypoint,
+        runtime_env_yaml=yaml.safe_dump(runtime_env, sort_keys=True),
+        job_id=submission_id,
+        backoff_limit=backoff_limit,
+        pre_running_deadline_seconds=pre_running_deadline_s,
+    )
+
+
+class RayJobTiming:
+    """A RayJob's record of its job (status, start and end), for a run whose cluster, and Ray's record, are gone."""
+
+    def __init__(self, ray_job: Mapping):
+        self.ray_job = ray_job
+
+    def timing(self, sid: str) -> tuple[str, float, Optional[float]]:
+        status = self.ray_job.get("status") or {}
+        started = _epoch(status.get("startTime")) or _epoch(self.ray_job["metadata"].get("creationTimestamp")) or 0.0
+        return job_status(self.ray_job), started, _epoch(status.get("endTime"))
