@@ -11,25 +11,28 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from gke_ray_tpu.components.dcn_networks import DcnNetworks, DcnNetworksArgs
-from gke_ray_tpu.components.gcs_workload_identity import GcsWorkloadIdentity, GcsWorkloadIdentityArgs
-from gke_ray_tpu.components.gke_cluster import GkeRayCluster, GkeRayClusterArgs
+from gke_ray_tpu.components.dcn_networks import DcnNetworks
+from gke_ray_tpu.components.gcs_workload_identity import GcsWorkloadIdentity
+from gke_ray_tpu.components.gke_cluster import GkeRayCluster
 from gke_ray_tpu.components.maxtext_run import MaxTextRun
 from gke_ray_tpu.components.ray_manifests import DASHBOARD_PORT
 from gke_ray_tpu.components.ray_tpu_cluster import RayTpuCluster, served_kuberay
-from gke_ray_tpu.components.tpu_slice_node_pool import TpuSliceNodePool, TpuSliceNodePoolArgs
+from gke_ray_tpu.components.tpu_slice_node_pool import TpuSliceNodePool
 from gke_ray_tpu.core.job_spec import bucket_url
+from gke_ray_tpu.stack import wiring
 from gke_ray_tpu.stack.component_keys import config_keys
 from gke_ray_tpu.stack.config import config_key, parse_stack_config, raw_pulumi_config
-from gke_ray_tpu.stack.preflight import check_declared_runs, check_idle_cost, check_planned_run, check_ray_image, check_recreated_slices
+from gke_ray_tpu.stack.preflight import (
+    check_declared_runs, check_idle_cost, check_planned_run, check_ray_image, check_recreated_slices, first_up,
+)
 
 cfg = parse_stack_config(raw_pulumi_config())
 # Sharding, HBM and cost of the planned training run, before any TPU is paid for.
 check_planned_run(cfg, info=pulumi.log.info, warn=pulumi.log.warn)
 # The runs this stack declares (applied as RayJobs): one that cannot shard or fit fails here.
-check_declared_runs(cfg, info=pulumi.log.info)
-# What the stack costs idle and training, per capacity mode, before anything is created.
-check_idle_cost(cfg, info=pulumi.log.info, warn=pulumi.log.warn)
+declared = check_declared_runs(cfg, info=pulumi.log.info)
+# What the stack costs idle and training, per capacity mode, and what this update starts, before anything is created.
+pulumi.log.info(first_up(cfg, check_idle_cost(cfg, info=pulumi.log.info, warn=pulumi.log.warn), declared))
 # What this update recreates, against the stack's own last outputs (none before its first update).
 pulumi.StackReference(f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}").outputs.apply(
     lambda deployed: check_recreated_slices(cfg, deployed or {}, warn=pulumi.log.warn)
@@ -37,29 +40,9 @@ pulumi.StackReference(f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulu
 # A moving image tag runs unreviewed code with the bucket's rights at every Ray pod start.
 check_ray_image(cfg, warn=pulumi.log.warn)
 shape = cfg.shape
-cidrs = cfg.dcn_cidrs_or_default
 
 with config_keys(cfg):
-    cluster = GkeRayCluster(
-        "gke",
-        GkeRayClusterArgs(
-            cluster_name=cfg.existing_cluster_name or cfg.cluster_name,
-            location=cfg.cluster_location,
-            project=cfg.project,
-            mode=cfg.cluster_mode,
-            version=cfg.cluster_version,
-            release_channel=cfg.release_channel,
-            deletion_protection=cfg.deletion_protection,
-            cpu_machine_type=cfg.cpu_machine_type,
-            cpu_node_count=cfg.cpu_node_count,
-            scale_to_zero=cfg.scale_to_zero_or_default,
-            enable_multi_networking=cfg.enable_multi_networking,
-            ray_cluster_logging=cfg.ray_cluster_logging,
-            ray_cluster_monitoring=cfg.ray_cluster_monitoring,
-            dranet=bool(cidrs),
-            existing=bool(cfg.existing_cluster_name),
-        ),
-    )
+    cluster = GkeRayCluster("gke", wiring.gke_cluster_args(cfg))
     in_cluster = pulumi.ResourceOptions(providers=[cluster.provider])
 
     slices = []
@@ -67,27 +50,10 @@ with config_keys(cfg):
         # Autopilot provisions TPU nodes itself (through the ComputeClass of
         # RayTpuCluster) and its accelerator network profile creates the DCN
         # networks, so only Standard stacks own networks and node pools.
-        dcn = (
-            DcnNetworks("dcn", DcnNetworksArgs(region=cfg.region, name_prefix=cfg.cluster_name, cidrs=cidrs, project=cfg.project))
-            if cidrs
-            else None
-        )
+        dcn_args = wiring.dcn_networks_args(cfg)
+        networks = DcnNetworks("dcn", dcn_args).attachments if dcn_args else []
         slices = [
-            TpuSliceNodePool(
-                f"slice-{index}",
-                TpuSliceNodePoolArgs(
-                    cluster=cluster.cluster,
-                    zone=cfg.zone_or_default,
-                    generation=shape.generation.name,
-                    topology=shape.topology,
-                    slice_index=index,
-                    additional_networks=dcn.attachments if dcn else [],
-                    capacity=cfg.capacity,
-                    scale_to_zero=cfg.scale_to_zero_or_default,
-                    **({"reservation": cfg.reservation} if cfg.reservation else {}),
-                    **({"max_run_duration_s": cfg.max_run_duration} if cfg.max_run_duration else {}),
-                ),
-            )
+            TpuSliceNodePool(f"slice-{index}", wiring.node_pool_args(cfg, index, cluster.cluster, networks))
             for index in range(cfg.num_slices)
         ]
 
@@ -100,16 +66,7 @@ with config_keys(cfg):
     project_number = cfg.project_number or gcp.organizations.get_project_output(project_id=cfg.project).number
     storage = GcsWorkloadIdentity(
         "storage",
-        GcsWorkloadIdentityArgs(
-            bucket_name=cfg.bucket_name,
-            location=cfg.region,
-            project=cfg.project,
-            project_number=project_number,
-            namespace=cfg.namespace,
-            ksa_name=cfg.ksa_name,
-            bucket_deletion=cfg.bucket_deletion,
-            hierarchical_namespace=cfg.bucket_hierarchical_namespace,
-        ),
+        wiring.workload_identity_args(cfg, project_number),
         opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=namespace_ready),
     )
 
@@ -121,12 +78,12 @@ with config_keys(cfg):
                        pulumi.ResourceOptions(provider=cluster.provider))
     ] if cfg.existing_cluster_name else []
     ray = RayTpuCluster(
-        "ray", cfg.ray_cluster_args(storage),
+        "ray", wiring.ray_cluster_args(cfg, storage),
         opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=slices + served),
     )
 
     # Each run (its RayJob and its code archive) waits for the RayCluster, or the spec of its own, through its name.
-    runs = [MaxTextRun(f"run-{run.run_name}", cfg.run_args(index, ray), opts=in_cluster) for index, run in enumerate(cfg.runs)]
+    runs = [MaxTextRun(f"run-{run.run_name}", wiring.run_args(cfg, index, ray), opts=in_cluster) for index, run in enumerate(cfg.runs)]
 
 pulumi.export("project", cfg.project)
 pulumi.export("region", cfg.region)

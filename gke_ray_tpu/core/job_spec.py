@@ -30,6 +30,7 @@ from gke_ray_tpu.core import parallelism
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.maxtext import Value, check_settings, parse_value, render
 from gke_ray_tpu.core.presets import Backend, Preset
+from gke_ray_tpu.core.slices import MIN_SLICES
 from gke_ray_tpu.core.tpu_catalogue import SliceShape, slice_shape
 
 DEFAULT_CONFIG = "src/maxtext/configs/base.yml"
@@ -192,8 +193,8 @@ class JobSpec:
         if self.failures_allowed < -1:
             raise ConfigError("--max-failures", self.max_failures, "-1 (retry forever) or more")
         low = self.min_slices if self.min_slices is not None else self.slices
-        if self.elastic and not 1 <= low <= self.slices:
-            raise ConfigError("--min-slices", low, f"between 1 and --slices ({self.slices}) for an elastic run")
+        if self.elastic:
+            MIN_SLICES.within(high=self.slices, high_name="--slices").check(low, "--min-slices")
         if self.backend == "tpu":
             shape = self.shape()
             parallelism.check_elastic(self.maxtext, shape.chips, low, self.slices, f"{shape.pod_type} slice")
