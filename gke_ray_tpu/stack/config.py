@@ -317,7 +317,9 @@ class StackConfig(BaseModel):
     elastic_min_slices: Annotated[Optional[int], bounded(slices.MIN_SLICES)] = Field(
         None,
         alias="gke-ray-tpu:elasticMinSlices",
-        description="the fewest slices an elastic run keeps training on (Ray Train's lower worker bound), 1 to `numSlices`; also the RayCluster's `minReplicas` while slices are held (with `scaleToZero` that is 0); unset: `numSlices`",
+        description="the fewest slices an elastic run keeps training on (Ray Train's lower worker bound), 1 to `numSlices`; "
+        "also the TPU worker group's `minReplicas`: the RayCluster's, or with `scaleToZero` that of each run's own cluster "
+        "(at most the run's slices); unset: `numSlices`",
         json_schema_extra=feeds("RayTpuClusterArgs.elastic_min_slices"),
     )
     capacity: Literal[capacity_rules.CAPACITY_MODES] = Field(

@@ -304,21 +304,23 @@ def first_up(cfg: StackConfig, costs: list[CapacityCost], declared: list[Preflig
     runs' reports, from :func:`check_declared_runs`)."""
     slices = f"{cfg.num_slices} x {cfg.shape.pod_type} ({cfg.num_slices * cfg.shape.chips} chips, {cfg.capacity})"
     chosen = next((cost for cost in costs if cost.capacity == cfg.capacity), None)
-    rate = "" if chosen is None else f" at ${chosen.idle_usd_per_hour:,.2f}/hour with the cluster (ESTIMATE)"
     if cfg.scale_to_zero_or_default:
-        held = f"the cluster and no TPU slice{rate}; each run brings {slices} and releases them when it ends"
+        idle = "" if chosen is None else f", ${chosen.idle_usd_per_hour:,.2f}/hour idle (ESTIMATE)"
+        held = f"the GKE cluster{idle}, and no TPU slice: each run brings {slices} and releases them when it ends"
     else:
-        held = f"the cluster and its {slices} TPU slices, billed from then on whether a run trains or not{rate}"
+        idle = "" if chosen is None else f": ${chosen.idle_usd_per_hour:,.2f}/hour with the cluster (ESTIMATE)"
+        held = f"the GKE cluster and its {slices} TPU slices, billed from then on whether a run trains or not{idle}"
     lines = [f"What the first `pulumi up` starts: {held}."]
     for run, report in zip(cfg.runs, declared):
         cost = report.cost
         spent = "" if cost is None else (
-            f": {cost.steps} steps, about {cost.run_hours * 60:.0f} min of training -> ${cost.run_usd:,.2f} of TPU time "
+            f": {cost.steps} steps, about {cost.run_hours * 60:.0f} min of training, ${cost.run_usd:,.2f} of TPU time "
             "(ESTIMATE, compute only)"
         )
-        lines.append(f"  run {run.run_name} (preset {run.preset}), submitted by KubeRay as soon as its cluster is up{spent}")
+        lines.append(f"  run {run.run_name} (preset {run.preset}), which KubeRay submits as soon as its cluster is "
+                     f"up{spent}")
     if cfg.runs:
-        lines.append(f"  Remove a run from {config_key('runs')} before `pulumi up` to start it later or never.")
+        lines.append(f"  Remove a run from {config_key('runs')} before `pulumi up` to start it later, or never.")
     else:
         lines.append(f"  No run is declared ({config_key('runs')}): nothing trains until one is submitted.")
     return "\n".join(lines)
