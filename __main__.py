@@ -85,32 +85,38 @@ with config_keys(cfg):
     # Each run (its RayJob and its code archive) waits for the RayCluster, or the spec of its own, through its name.
     runs = [MaxTextRun(f"run-{run.run_name}", wiring.run_args(cfg, index, ray), opts=in_cluster) for index, run in enumerate(cfg.runs)]
 
-pulumi.export("project", cfg.project)
-pulumi.export("region", cfg.region)
-pulumi.export("zone", cfg.zone_or_default)
-pulumi.export("clusterName", cluster.cluster_name)
-pulumi.export("clusterLocation", cluster.location)
-pulumi.export("clusterVersion", cluster.version)
-pulumi.export("namespace", cfg.namespace)
-pulumi.export("ksaName", storage.ksa_name)
-pulumi.export("bucketName", storage.bucket_name)
-pulumi.export("bucketHierarchicalNamespace", storage.hierarchical_namespace_enabled)
-pulumi.export("checkpointDir", storage.bucket_name.apply(bucket_url))
-pulumi.export("rayClusterName", ray.ray_cluster_name)
-pulumi.export("rayHeadService", ray.head_service)
-pulumi.export("rayDashboardPort", DASHBOARD_PORT)
-pulumi.export("tpuGeneration", shape.generation.name)
-pulumi.export("acceleratorType", shape.generation.ray_accelerator_type)
-pulumi.export("topology", shape.topology)
-pulumi.export("numSlices", cfg.num_slices)
-pulumi.export("hostsPerSlice", shape.hosts)
-pulumi.export("chipsPerHost", shape.chips_per_host)
-pulumi.export("chipsPerSlice", shape.chips)
-pulumi.export("capacity", cfg.capacity)
-pulumi.export("scaleToZero", cfg.scale_to_zero_or_default)
-# What every run of a scale-to-zero stack brings as its RayJob's rayClusterSpec (null on a held stack).
-pulumi.export("rayClusterSpec", ray.ray_cluster_spec)
-pulumi.export("elasticMinSlices", ray.ref["elastic_min_slices"])
-pulumi.export("runs", [
-    {"name": run.spec.run_name, "submissionId": run.submission_id, "checkpointDir": run.checkpoint_dir} for run in runs
-])
+# What python -m gke_ray_tpu.training.submit reads (gke_ray_tpu/training/driver/stack_outputs.py checks them).
+STACK_OUTPUTS = {
+    "project": cfg.project,
+    "region": cfg.region,
+    "zone": cfg.zone_or_default,
+    "clusterName": cluster.cluster_name,
+    "clusterLocation": cluster.location,
+    "clusterVersion": cluster.version,
+    "namespace": cfg.namespace,
+    "ksaName": storage.ksa_name,
+    "bucketName": storage.bucket_name,
+    "bucketHierarchicalNamespace": storage.hierarchical_namespace_enabled,
+    "checkpointDir": storage.bucket_name.apply(bucket_url),
+    "rayClusterName": ray.ray_cluster_name,
+    "rayHeadService": ray.head_service,
+    "rayDashboardPort": DASHBOARD_PORT,
+    "tpuGeneration": shape.generation.name,
+    "acceleratorType": shape.generation.ray_accelerator_type,
+    "topology": shape.topology,
+    "numSlices": cfg.num_slices,
+    "hostsPerSlice": shape.hosts,
+    "chipsPerHost": shape.chips_per_host,
+    "chipsPerSlice": shape.chips,
+    "capacity": cfg.capacity,
+    "scaleToZero": cfg.scale_to_zero_or_default,
+    # What every run of a scale-to-zero stack brings as its RayJob's rayClusterSpec (null on a held stack).
+    "rayClusterSpec": ray.ray_cluster_spec,
+    "elasticMinSlices": ray.ref["elastic_min_slices"],
+    "runs": [
+        {"name": run.spec.run_name, "submissionId": run.submission_id, "checkpointDir": run.checkpoint_dir}
+        for run in runs
+    ],
+}
+for key, value in STACK_OUTPUTS.items():
+    pulumi.export(key, value)

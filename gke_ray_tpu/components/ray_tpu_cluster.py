@@ -215,29 +215,8 @@ class RayTpuCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: RayTpuClusterArgs, opts: Optional[pulumi.ResourceOptions] = None):
         spec = spec_from_args(args)
         super().__init__("gke-ray-tpu:index:RayTpuCluster", name, None, opts)
-        child = child_options(self, opts)
-        prerequisites = []
         self.spec = spec
-
-        self.claim_template = None
-        if spec.dcn_interfaces:
-            self.claim_template = typed_resource(
-                k8s.resource.v1.ResourceClaimTemplate, f"{name}-netdev-claim", resource_claim_template(spec), child
-            )
-            prerequisites.append(self.claim_template)
-
-        self.compute_class = None
-        if spec.compute_class:
-            self.compute_class = custom_resource(f"{name}-compute-class", compute_class(spec), child)
-            prerequisites.append(self.compute_class)
-
-        # Before any Ray pod exists, so no pod of the stack ever runs unguarded (enforced with Dataplane V2);
-        # it selects the pods of the long-lived RayCluster and of every run's own cluster alike.
-        self.network_policy = typed_resource(
-            k8s.networking.v1.NetworkPolicy, f"{name}-ray-ingress", network_policy(spec), child
-        )
-        prerequisites.append(self.network_policy)
-
+        prerequisites = self._prerequisites(name, spec, child_options(self, opts))
         self.ray_cluster = None
         if spec.scale_to_zero:
             # No RayCluster: the spec is known once the claim template and ComputeClass it names exist (and the
@@ -265,6 +244,24 @@ class RayTpuCluster(pulumi.ComponentResource):
                 "rayClusterSpec": self.ray_cluster_spec,
             }
         )
+
+    def _prerequisites(self, name: str, spec: RayClusterSpec, child: pulumi.ResourceOptions) -> list[pulumi.Resource]:
+        """What a Ray pod of the cluster needs before it exists: its DCN claim template and ComputeClass, and the
+        NetworkPolicy over it."""
+        self.claim_template = None
+        if spec.dcn_interfaces:
+            self.claim_template = typed_resource(
+                k8s.resource.v1.ResourceClaimTemplate, f"{name}-netdev-claim", resource_claim_template(spec), child
+            )
+        self.compute_class = None
+        if spec.compute_class:
+            self.compute_class = custom_resource(f"{name}-compute-class", compute_class(spec), child)
+        # Before any Ray pod exists, so no pod of the stack ever runs unguarded (enforced with Dataplane V2);
+        # it selects the pods of the long-lived RayCluster and of every run's own cluster alike.
+        self.network_policy = typed_resource(
+            k8s.networking.v1.NetworkPolicy, f"{name}-ray-ingress", network_policy(spec), child
+        )
+        return [r for r in (self.claim_template, self.compute_class, self.network_policy) if r is not None]
 
 
 def served_kuberay(
