@@ -143,10 +143,6 @@ class RayJobRun:
     annotations: Mapping[str, str] = field(default_factory=dict)
 
     @property
-    def own_cluster(self) -> bool:
-        return isinstance(self.cluster, OwnCluster)
-
-    @property
     def metadata(self) -> dict:
         """The RayJob's ``metadata``: known before the cluster it runs on is (a Pulumi resource's own input)."""
         metadata: dict = {"name": self.name, "namespace": self.namespace}
@@ -172,7 +168,7 @@ def ray_job(run: RayJobRun) -> dict:
         spec["ttlSecondsAfterFinished"] = TTL_SECONDS_AFTER_FINISHED
         spec["rayClusterSpec"] = with_slices(own.spec, own.slices)
     else:
-        # KubeRay never deletes a cluster it did not create for the job; stated, not left to the default.
+        # The selected RayCluster is the stack's, shared by its runs: the RayJob must never delete it.
         spec["clusterSelector"] = {CLUSTER_LABEL: run.cluster.name}
         spec["shutdownAfterJobFinishes"] = False
     if run.active_deadline_seconds is not None:

@@ -218,9 +218,9 @@ class OnOwnClusters:
             self.log(f"{where} was created meanwhile; following it")
 
     def _ray_job(self, sid: str) -> dict:
-        ray_job_ = self.runs.read(self.names[sid]) if sid in self.names else self.runs.find(sid)
-        self.names[sid] = ray_job_["metadata"]["name"]
-        return ray_job_
+        found = self.runs.read(self.names[sid]) if sid in self.names else self.runs.find(sid)
+        self.names[sid] = found["metadata"]["name"]
+        return found
 
     def spec_of(self, sid: str) -> JobSpec:
         return JobSpec.from_entrypoint(self._ray_job(sid)["spec"]["entrypoint"])
@@ -229,15 +229,15 @@ class OnOwnClusters:
         """A run whose cluster is gone: its RayJob's record, and the log this machine saved while it followed it."""
         from gke_ray_tpu.training.driver import run_cluster
 
-        ray_job_ = self._ray_job(sid)
-        record = saved_record(run_dir, sid) or job_record(run_cluster.RayJobTiming(ray_job_), sid, spec, self.outputs)
+        found = self._ray_job(sid)
+        record = saved_record(run_dir, sid) or job_record(run_cluster.RayJobTiming(found), sid, spec, self.outputs)
         saved = run_dir / JOB_LOG
         self.log(f"its cluster is gone; the job's log is what this machine saved: {saved}" if saved.exists()
                  else "its cluster is gone, and this machine saved no log of it")
         if saved.exists():
             progress.feed(saved.read_text(encoding="utf-8", errors="replace"))
             progress.flush()
-        return Followed(run_cluster.job_status(ray_job_), "", record)
+        return Followed(run_cluster.job_status(found), "", record)
 
     def follow(self, sid: str, spec: JobSpec, run_dir: Path, progress: Progress) -> Followed:
         """Wait for the run's cluster, follow its job there; again on the new cluster of each KubeRay retry."""
