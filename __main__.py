@@ -11,25 +11,28 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from gke_ray_tpu.components.dcn_networks import DcnNetworks, DcnNetworksArgs
-from gke_ray_tpu.components.gcs_workload_identity import GcsWorkloadIdentity, GcsWorkloadIdentityArgs
-from gke_ray_tpu.components.gke_cluster import GkeRayCluster, GkeRayClusterArgs
+from gke_ray_tpu.components.dcn_networks import DcnNetworks
+from gke_ray_tpu.components.gcs_workload_identity import GcsWorkloadIdentity
+from gke_ray_tpu.components.gke_cluster import GkeRayCluster
 from gke_ray_tpu.components.maxtext_run import MaxTextRun
 from gke_ray_tpu.components.ray_manifests import DASHBOARD_PORT
 from gke_ray_tpu.components.ray_tpu_cluster import RayTpuCluster, served_kuberay
-from gke_ray_tpu.components.tpu_slice_node_pool import TpuSliceNodePool, TpuSliceNodePoolArgs
+from gke_ray_tpu.components.tpu_slice_node_pool import TpuSliceNodePool
 from gke_ray_tpu.core.job_spec import bucket_url
+from gke_ray_tpu.stack import wiring
 from gke_ray_tpu.stack.component_keys import config_keys
 from gke_ray_tpu.stack.config import config_key, parse_stack_config, raw_pulumi_config
-from gke_ray_tpu.stack.preflight import check_declared_runs, check_idle_cost, check_planned_run, check_ray_image, check_recreated_slices
+from gke_ray_tpu.stack.preflight import (
+    check_declared_runs, check_idle_cost, check_planned_run, check_ray_image, check_recreated_slices, first_up,
+)
 
 cfg = parse_stack_config(raw_pulumi_config())
 # Sharding, HBM and cost of the planned training run, before any TPU is paid for.
 check_planned_run(cfg, info=pulumi.log.info, warn=pulumi.log.warn)
 # The runs this stack declares (applied as RayJobs): one that cannot shard or fit fails here.
-check_declared_runs(cfg, info=pulumi.log.info)
-# What the stack costs idle and training, per capacity mode, before anything is created.
-check_idle_cost(cfg, info=pulumi.log.info, warn=pulumi.log.warn)
+declared = check_declared_runs(cfg, info=pulumi.log.info)
+# What the stack costs idle and training, per capacity mode, and what this update starts, before anything is created.
+pulumi.log.info(first_up(cfg, check_idle_cost(cfg, info=pulumi.log.info, warn=pulumi.log.warn), declared))
 # What this update recreates, against the stack's own last outputs (none before its first update).
 pulumi.StackReference(f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}").outputs.apply(
     lambda deployed: check_recreated_slices(cfg, deployed or {}, warn=pulumi.log.warn)
@@ -37,29 +40,9 @@ pulumi.StackReference(f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulu
 # A moving image tag runs unreviewed code with the bucket's rights at every Ray pod start.
 check_ray_image(cfg, warn=pulumi.log.warn)
 shape = cfg.shape
-cidrs = cfg.dcn_cidrs_or_default
 
 with config_keys(cfg):
-    cluster = GkeRayCluster(
-        "gke",
-        GkeRayClusterArgs(
-            cluster_name=cfg.existing_cluster_name or cfg.cluster_name,
-            location=cfg.cluster_location,
-            project=cfg.project,
-            mode=cfg.cluster_mode,
-            version=cfg.cluster_version,
-            release_channel=cfg.release_channel,
-            deletion_protection=cfg.deletion_protection,
-            cpu_machine_type=cfg.cpu_machine_type,
-            cpu_node_count=cfg.cpu_node_count,
-            scale_to_zero=cfg.scale_to_zero_or_default,
-            enable_multi_networking=cfg.enable_multi_networking,
-            ray_cluster_logging=cfg.ray_cluster_logging,
-            ray_cluster_monitoring=cfg.ray_cluster_monitoring,
-            dranet=bool(cidrs),
-            existing=bool(cfg.existing_cluster_name),
-        ),
-    )
+    cluster = GkeRayCluster("gke", wiring.gke_cluster_args(cfg))
     in_cluster = pulumi.ResourceOptions(providers=[cluster.provider])
 
     slices = []
@@ -67,27 +50,10 @@ with config_keys(cfg):
         # Autopilot provisions TPU nodes itself (through the ComputeClass of
         # RayTpuCluster) and its accelerator network profile creates the DCN
         # networks, so only Standard stacks own networks and node pools.
-        dcn = (
-            DcnNetworks("dcn", DcnNetworksArgs(region=cfg.region, name_prefix=cfg.cluster_name, cidrs=cidrs, project=cfg.project))
-            if cidrs
-            else None
-        )
+        dcn_args = wiring.dcn_networks_args(cfg)
+        networks = DcnNetworks("dcn", dcn_args).attachments if dcn_args else []
         slices = [
-            TpuSliceNodePool(
-                f"slice-{index}",
-                TpuSliceNodePoolArgs(
-                    cluster=cluster.cluster,
-                    zone=cfg.zone_or_default,
-                    generation=shape.generation.name,
-                    topology=shape.topology,
-                    slice_index=index,
-                    additional_networks=dcn.attachments if dcn else [],
-                    capacity=cfg.capacity,
-                    scale_to_zero=cfg.scale_to_zero_or_default,
-                    **({"reservation": cfg.reservation} if cfg.reservation else {}),
-                    **({"max_run_duration_s": cfg.max_run_duration} if cfg.max_run_duration else {}),
-                ),
-            )
+            TpuSliceNodePool(f"slice-{index}", wiring.node_pool_args(cfg, index, cluster.cluster, networks))
             for index in range(cfg.num_slices)
         ]
 
@@ -100,16 +66,7 @@ with config_keys(cfg):
     project_number = cfg.project_number or gcp.organizations.get_project_output(project_id=cfg.project).number
     storage = GcsWorkloadIdentity(
         "storage",
-        GcsWorkloadIdentityArgs(
-            bucket_name=cfg.bucket_name,
-            location=cfg.region,
-            project=cfg.project,
-            project_number=project_number,
-            namespace=cfg.namespace,
-            ksa_name=cfg.ksa_name,
-            bucket_deletion=cfg.bucket_deletion,
-            hierarchical_namespace=cfg.bucket_hierarchical_namespace,
-        ),
+        wiring.workload_identity_args(cfg, project_number),
         opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=namespace_ready),
     )
 
@@ -121,39 +78,45 @@ with config_keys(cfg):
                        pulumi.ResourceOptions(provider=cluster.provider))
     ] if cfg.existing_cluster_name else []
     ray = RayTpuCluster(
-        "ray", cfg.ray_cluster_args(storage),
+        "ray", wiring.ray_cluster_args(cfg, storage),
         opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=slices + served),
     )
 
     # Each run (its RayJob and its code archive) waits for the RayCluster, or the spec of its own, through its name.
-    runs = [MaxTextRun(f"run-{run.run_name}", cfg.run_args(index, ray), opts=in_cluster) for index, run in enumerate(cfg.runs)]
+    runs = [MaxTextRun(f"run-{run.run_name}", wiring.run_args(cfg, index, ray), opts=in_cluster) for index, run in enumerate(cfg.runs)]
 
-pulumi.export("project", cfg.project)
-pulumi.export("region", cfg.region)
-pulumi.export("zone", cfg.zone_or_default)
-pulumi.export("clusterName", cluster.cluster_name)
-pulumi.export("clusterLocation", cluster.location)
-pulumi.export("clusterVersion", cluster.version)
-pulumi.export("namespace", cfg.namespace)
-pulumi.export("ksaName", storage.ksa_name)
-pulumi.export("bucketName", storage.bucket_name)
-pulumi.export("bucketHierarchicalNamespace", storage.hierarchical_namespace_enabled)
-pulumi.export("checkpointDir", storage.bucket_name.apply(bucket_url))
-pulumi.export("rayClusterName", ray.ray_cluster_name)
-pulumi.export("rayHeadService", ray.head_service)
-pulumi.export("rayDashboardPort", DASHBOARD_PORT)
-pulumi.export("tpuGeneration", shape.generation.name)
-pulumi.export("acceleratorType", shape.generation.ray_accelerator_type)
-pulumi.export("topology", shape.topology)
-pulumi.export("numSlices", cfg.num_slices)
-pulumi.export("hostsPerSlice", shape.hosts)
-pulumi.export("chipsPerHost", shape.chips_per_host)
-pulumi.export("chipsPerSlice", shape.chips)
-pulumi.export("capacity", cfg.capacity)
-pulumi.export("scaleToZero", cfg.scale_to_zero_or_default)
-# What every run of a scale-to-zero stack brings as its RayJob's rayClusterSpec (null on a held stack).
-pulumi.export("rayClusterSpec", ray.ray_cluster_spec)
-pulumi.export("elasticMinSlices", ray.ref["elastic_min_slices"])
-pulumi.export("runs", [
-    {"name": run.spec.run_name, "submissionId": run.submission_id, "checkpointDir": run.checkpoint_dir} for run in runs
-])
+# What python -m gke_ray_tpu.training.submit reads (gke_ray_tpu/training/driver/stack_outputs.py checks them).
+STACK_OUTPUTS = {
+    "project": cfg.project,
+    "region": cfg.region,
+    "zone": cfg.zone_or_default,
+    "clusterName": cluster.cluster_name,
+    "clusterLocation": cluster.location,
+    "clusterVersion": cluster.version,
+    "namespace": cfg.namespace,
+    "ksaName": storage.ksa_name,
+    "bucketName": storage.bucket_name,
+    "bucketHierarchicalNamespace": storage.hierarchical_namespace_enabled,
+    "checkpointDir": storage.bucket_name.apply(bucket_url),
+    "rayClusterName": ray.ray_cluster_name,
+    "rayHeadService": ray.head_service,
+    "rayDashboardPort": DASHBOARD_PORT,
+    "tpuGeneration": shape.generation.name,
+    "acceleratorType": shape.generation.ray_accelerator_type,
+    "topology": shape.topology,
+    "numSlices": cfg.num_slices,
+    "hostsPerSlice": shape.hosts,
+    "chipsPerHost": shape.chips_per_host,
+    "chipsPerSlice": shape.chips,
+    "capacity": cfg.capacity,
+    "scaleToZero": cfg.scale_to_zero_or_default,
+    # What every run of a scale-to-zero stack brings as its RayJob's rayClusterSpec (null on a held stack).
+    "rayClusterSpec": ray.ray_cluster_spec,
+    "elasticMinSlices": ray.ref["elastic_min_slices"],
+    "runs": [
+        {"name": run.spec.run_name, "submissionId": run.submission_id, "checkpointDir": run.checkpoint_dir}
+        for run in runs
+    ],
+}
+for key, value in STACK_OUTPUTS.items():
+    pulumi.export(key, value)

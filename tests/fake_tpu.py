@@ -280,7 +280,7 @@ def lose_a_slice(cluster: FakeTpuCluster, job: Submission, lost: str, timeout_s:
     log and record where ``gke_ray_tpu.training.report`` reads them (as the submit command does)."""
     from gke_ray_tpu.training.driver.jobs_client import JobsApi
     from gke_ray_tpu.training.driver.run_files import JOB_LOG
-    from gke_ray_tpu.training.submit import _job_record
+    from gke_ray_tpu.training.driver.outcome import job_record
 
     period = int(job.spec.maxtext["checkpoint_period"])
     checkpoints = job.run_dir / "checkpoints"
@@ -305,7 +305,7 @@ def lose_a_slice(cluster: FakeTpuCluster, job: Submission, lost: str, timeout_s:
     job.run_dir.mkdir(parents=True, exist_ok=True)
     (job.run_dir / JOB_LOG).write_text(log)
     with JobsApi(cluster.head.jobs(), log=lambda _: None) as api:
-        _job_record(api, sid, job.spec, cluster.stack.outputs).save(job.run_dir)
+        job_record(api, sid, job.spec, cluster.stack.outputs).save(job.run_dir)
     return Drill(
         returncode=0, stderr="", status=status, log=log, progress=progress, killed_pid=killed_pid, killed_rank=None,
         killed_at=killed_at, last_step_seen=last_seen, checkpoints_at_kill=at_kill,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gke_ray_tpu.components.maxtext_run import ray_job
+from gke_ray_tpu.core.ray_job import HeldCluster, RayJobRun, archived_command, ray_job
 from gke_ray_tpu.core.code_archive import archive_path, digest, package_files, sha256, verifier_command
 from gke_ray_tpu.core.job_spec import build_job
 from gke_ray_tpu.core.presets import get_preset
@@ -84,7 +84,8 @@ def test_a_missing_archive_is_refused(files, tmp_path):
 
 def test_a_declared_runs_entry_point_checks_the_archive_it_puts_on_pythonpath(files, tmp_path):
     spec = build_job(get_preset("tiny-cpu"), base_output_directory=str(tmp_path), run_name="r", slices=2)
-    manifest = ray_job(spec, "r", "default", "c", sha256(files), mount="/data")
+    manifest = ray_job(RayJobRun("r", "default", archived_command(spec, sha256(files), cold_start=False, mount="/data"),
+                                  HeldCluster("c")))
     archive = archive_path(digest(files), "/data")
     command = manifest["spec"]["entrypoint"]
     check, _, rest = command.partition(" && ")

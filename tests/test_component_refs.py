@@ -84,7 +84,7 @@ def test_a_run_cannot_ask_for_fewer_slices_than_its_cluster_keeps(tmp_path):
     with pytest.raises(ConfigError) as error:
         run_program(tmp_path, "num_slices=3, elastic_min_slices=2", 'elastic=True, min_slices=1')
     assert error.value.key == "MaxTextRunArgs.min_slices"
-    assert "between elasticMinSlices (2) and numSlices (3) of the RayTpuCluster" in error.value.expected
+    assert "between elasticMinSlices (2) and numSlices (3): the RayCluster keeps no fewer slices" in error.value.expected
 
 
 def test_the_run_and_the_cluster_wait_for_what_they_are_given(tmp_path):

@@ -24,6 +24,7 @@ from gke_ray_tpu.stack.config import NAMESPACE, RETIRED_KEYS, StackConfig, parse
 from gke_ray_tpu.stack.mock_engine import OfflineRun, run_offline
 from gke_ray_tpu.stack import xla_check
 from gke_ray_tpu.stack.preflight import check_planned_run
+from gke_ray_tpu.stack.wiring import planned_ray_cluster
 
 CONFIG_KEYS = {field.alias for field in StackConfig.model_fields.values()}
 KEYS = sorted(CONFIG_KEYS) + [f"{NAMESPACE}:typo", *RETIRED_KEYS]
@@ -220,7 +221,7 @@ def test_any_config_parses_or_is_refused_naming_a_config_key(dev_config, changes
         assert_names_a_config_key(error)
     else:
         assert parsed.shape.topology in parsed.shape.generation.topologies
-        assert 1 <= parsed.planned_ray_cluster["elastic_min_slices"] <= parsed.num_slices
+        assert 1 <= planned_ray_cluster(parsed)["elastic_min_slices"] <= parsed.num_slices
         assert len(parsed.dcn_cidrs_or_default) <= parsed.shape.generation.dcn_nics_per_host
 
 

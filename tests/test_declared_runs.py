@@ -8,7 +8,7 @@ import shlex
 import pytest
 import yaml
 
-from gke_ray_tpu.components.maxtext_run import SUBMISSION_MODE
+from gke_ray_tpu.core.ray_job import SUBMISSION_MODE
 from gke_ray_tpu.core.code_archive import package_files
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.stack.mock_engine import OfflineRun, run_offline

@@ -13,7 +13,7 @@ from gke_ray_tpu.components.ray_manifests import port_use
 from gke_ray_tpu.components.ray_tpu_cluster import spec_from_args
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.kuberay import auth_secret_name, supports_flat_resource_claims, supports_token_auth
-from gke_ray_tpu.stack.component_keys import config_keys
+from gke_ray_tpu.stack.component_keys import component_keys, config_keys
 from gke_ray_tpu.stack.config import parse_stack_config
 from gke_ray_tpu.stack.mock_engine import MOCK_CHANNEL_VERSIONS, MockGke, OfflineRun, run_offline
 from tests.conftest import with_keys
@@ -289,6 +289,62 @@ def test_errors_raised_inside_components_name_the_config_key(dev_config):
     with pytest.raises(ConfigError) as error, config_keys(cfg):
         raise ConfigError("something-else", 1, "x")
     assert error.value.key == "something-else"  # not a component argument: left as it is
+
+
+def test_the_key_behind_each_component_argument_follows_from_the_config_model(dev_config):
+    """The map that used to be kept by hand, now read off the fields' ``feeds``: each argument the stack sets
+    names the key the user writes, including where two keys feed one argument."""
+    keys = component_keys(parse_stack_config(dev_config))
+    assert {argument: keys[argument] for argument in (
+        "GkeRayClusterArgs.cluster_name", "GkeRayClusterArgs.cpu_node_count", "DcnNetworksArgs.name_prefix",
+        "TpuSliceNodePoolArgs.max_run_duration_s", "TpuSliceNodePoolArgs.additional_networks",
+        "GcsWorkloadIdentityArgs.hierarchical_namespace", "RayTpuClusterArgs.compute_class",
+        "RayTpuClusterArgs.dcn_interfaces", "RayTpuClusterArgs.image", "MaxTextRunArgs.backoff_limit",
+    )} == {
+        "GkeRayClusterArgs.cluster_name": "gke-ray-tpu:clusterName",
+        "GkeRayClusterArgs.cpu_node_count": "gke-ray-tpu:cpuNodeCount",
+        "DcnNetworksArgs.name_prefix": "gke-ray-tpu:clusterName",
+        "TpuSliceNodePoolArgs.max_run_duration_s": "gke-ray-tpu:maxRunDuration",
+        "TpuSliceNodePoolArgs.additional_networks": "gke-ray-tpu:dcnCidrs",
+        "GcsWorkloadIdentityArgs.hierarchical_namespace": "gke-ray-tpu:bucketHierarchicalNamespace",
+        "RayTpuClusterArgs.compute_class": "gke-ray-tpu:rayClusterName",
+        "RayTpuClusterArgs.dcn_interfaces": "gke-ray-tpu:dcnCidrs",
+        "RayTpuClusterArgs.image": "gke-ray-tpu:rayImage",
+        "MaxTextRunArgs.backoff_limit": "gke-ray-tpu:runs",
+    }
+    existing = component_keys(parse_stack_config(with_keys(
+        dev_config, existingClusterName="team-gke", existingClusterLocation="us-east5-b")))
+    assert existing["GkeRayClusterArgs.cluster_name"] == "gke-ray-tpu:existingClusterName"
+    assert existing["GkeRayClusterArgs.location"] == "gke-ray-tpu:existingClusterLocation"
+
+
+def test_every_argument_the_stack_wires_from_config_names_its_key(dev_config):
+    """Each argument the wiring sets from a config value has a key behind it (no argument left unmapped), and
+    every argument a field declares it feeds exists in that component's arguments."""
+    from gke_ray_tpu.components import dcn_networks, gcs_workload_identity, gke_cluster, maxtext_run, ray_tpu_cluster
+    from gke_ray_tpu.components import tpu_slice_node_pool
+    from gke_ray_tpu.stack import wiring
+
+    cfg = parse_stack_config(dev_config)
+    keys = component_keys(cfg)
+    args = {
+        "GkeRayClusterArgs": wiring.gke_cluster_args(cfg),
+        "DcnNetworksArgs": wiring.dcn_networks_args(cfg),
+        "TpuSliceNodePoolArgs": wiring.node_pool_args(cfg, 0, None, []),
+        "GcsWorkloadIdentityArgs": wiring.workload_identity_args(cfg, "123"),
+        "RayTpuClusterArgs": wiring.ray_cluster_args(cfg, IDENTITY),
+        "MaxTextRunArgs": wiring.run_args(cfg, 0, None),
+    }
+    # What the wiring passes that is no config value: resources, the other components, and positions.
+    not_from_config = {"TpuSliceNodePoolArgs.cluster", "TpuSliceNodePoolArgs.slice_index",
+                       "RayTpuClusterArgs.workload_identity", "MaxTextRunArgs.ray_cluster"}
+    wired = {f"{component}.{name}" for component, given in args.items() for name in given}
+    assert sorted(wired - not_from_config - set(keys)) == []
+    declared = {f"{cls.__name__}.{name}" for cls in (
+        gke_cluster.GkeRayClusterArgs, dcn_networks.DcnNetworksArgs, tpu_slice_node_pool.TpuSliceNodePoolArgs,
+        gcs_workload_identity.GcsWorkloadIdentityArgs, ray_tpu_cluster.RayTpuClusterArgs, maxtext_run.MaxTextRunArgs,
+    ) for name in cls.__annotations__}
+    assert sorted(set(keys) - declared) == []
 
 
 # -- the KubeRay the cluster serves -------------------------------------------------------------------------------

@@ -405,6 +405,7 @@ def test_the_host_passes_a_component_only_as_its_urn_and_takes_its_fields(tmp_pa
 def stated_defaults() -> dict[tuple[str, str], str]:
     """(component, input) -> how its description states the default, written from the components' constants."""
     from gke_ray_tpu.components import dcn_networks, gcs_workload_identity, gke_cluster, ray_tpu_cluster
+    from gke_ray_tpu.core.slices import DEFAULT_NUM_SLICES
     from gke_ray_tpu.core.capacity import DEFAULT_CAPACITY
     from gke_ray_tpu.core.presets import DEFAULT_PRESET
     from gke_ray_tpu.core.tpu_catalogue import DEFAULT_GENERATION, DEFAULT_TOPOLOGY
@@ -423,7 +424,7 @@ def stated_defaults() -> dict[tuple[str, str], str]:
         ("GkeRayCluster", "cpuNodeCount"): f"Default: {gke_cluster.DEFAULT_CPU_NODE_COUNT},",
         ("MaxTextRun", "preset"): f"Default: {DEFAULT_PRESET}.",
         ("RayTpuCluster", "rayClusterName"): f"Default: {ray_tpu_cluster.DEFAULT_NAME}.",
-        ("RayTpuCluster", "numSlices"): f"Default: {ray_tpu_cluster.DEFAULT_NUM_SLICES}.",
+        ("RayTpuCluster", "numSlices"): f"Default: {DEFAULT_NUM_SLICES}.",
         ("RayTpuCluster", "image"): f"Default: {ray_tpu_cluster.DEFAULT_IMAGE}, Ray's release image",
         ("RayTpuCluster", "megascalePort"): f"Default: {ray_tpu_cluster.DEFAULT_MEGASCALE_PORT},",
         **{("RayTpuCluster", prop): f"Default: {value}." for prop, value in shape.items()},

@@ -23,7 +23,7 @@ import requests
 
 from gke_ray_tpu.core.kuberay import AUTH_TOKEN_KEY, auth_secret_name
 from gke_ray_tpu.training import submit
-from gke_ray_tpu.training.driver import cluster_checks, port_forward, ray_auth
+from gke_ray_tpu.training.driver import cluster_checks, connection, port_forward, ray_auth
 from gke_ray_tpu.training.driver.errors import ClusterError
 from gke_ray_tpu.training.driver.jobs_client import JobsApi
 from gke_ray_tpu.training.driver.local_ray import LocalRayHead
@@ -115,7 +115,7 @@ def test_the_head_keeps_its_token_out_of_command_lines(head):
 
 
 def test_the_submit_client_sends_the_token_on_every_call_and_on_the_log_stream(head):
-    client = submit.connect(head.address, "test", print, token=ray_auth.RayToken(head.token, "the test's head"))
+    client = connection.connect(head.address, "test", print, token=ray_auth.RayToken(head.token, "the test's head"))
     text: list[str] = []
     with JobsApi(client, print) as api:
         assert api.submit("streamed", "echo one; sleep 2; echo two", {}, {})
@@ -192,7 +192,7 @@ def kube(head, monkeypatch):
 
 
 def _cluster_jobs(lines: list[str]) -> list[str]:
-    with submit.job_client(SubmitRequest(outputs_file="outputs.json"), OUTPUTS, 1, lines.append) as client:
+    with connection.job_client(SubmitRequest(outputs_file="outputs.json"), OUTPUTS, 1, lines.append) as client:
         return [job.submission_id for job in client.list_jobs()]
 
 
@@ -229,7 +229,7 @@ def test_the_local_run_starts_its_own_head_with_token_auth_and_connects_with_its
     """``--local`` without ``--address`` (the embedded default), short of running MaxText."""
     monkeypatch.setenv(ray_auth.ADDRESS_TOKEN_ENV, CALLERS_TOKEN)  # the caller's, for some other cluster
     lines: list[str] = []
-    with submit.job_client(SubmitRequest(local=True, output_dir=tmp_path), None, 1, lines.append) as client:
+    with connection.job_client(SubmitRequest(local=True, output_dir=tmp_path), None, 1, lines.append) as client:
         assert client.list_jobs() == []
         address = client.get_address()
         assert requests.get(f"{address}/api/jobs/", timeout=30).status_code == 401

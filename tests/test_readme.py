@@ -58,3 +58,29 @@ def test_every_relative_link_resolves(page):
         assert resolved.exists(), f"{page.name}: {target}"
         if anchor:
             assert anchor in anchors(resolved), f"{page.name}: {target} (anchors: {sorted(anchors(resolved))})"
+
+
+def test_the_readmes_first_pulumi_up_is_what_preview_prints_for_its_steps(dev_config):
+    """The README quotes preview's last lines for the dev stack as its quick start sets it (flex-start)."""
+    from gke_ray_tpu.stack.config import parse_stack_config
+    from gke_ray_tpu.stack.preflight import check_declared_runs, check_idle_cost, first_up
+    from tests.conftest import with_keys
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    quoted = re.search(r"```text\n(What the first `pulumi up` starts.*?)\n```", readme, flags=re.S)
+    assert quoted, "README.md quotes no preview lines"
+    cfg = parse_stack_config(with_keys(dev_config, capacity="flex-start"))
+    said = first_up(cfg, check_idle_cost(cfg, info=lambda _: None, warn=lambda _: None),
+                    check_declared_runs(cfg, info=lambda _: None))
+    assert quoted.group(1) == said
+
+
+def test_every_page_links_every_page_in_its_navigation_line():
+    """The line at the top of each page lists the pages the README's table lists, in that order."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    table = readme[readme.index("## Read more"):]
+    listed = [Path(target).name for target in _LINK.findall(table)]
+    for page in [*sorted((REPO_ROOT / "docs").glob("*.md"))]:
+        first = page.read_text().splitlines()[0]
+        linked = [Path(target).name for target in _LINK.findall(first)]
+        assert linked[1:] == listed, page.name

@@ -7,11 +7,12 @@ import copy
 
 import pytest
 
-from gke_ray_tpu.components.maxtext_run import build_run_job, per_run_ray_job, ray_job
+from gke_ray_tpu.components.maxtext_run import build_run_job, run_description
 from gke_ray_tpu.components.ray_manifests import ray_cluster_spec
 from gke_ray_tpu.components.ray_tpu_cluster import cluster_ref, spec_from_args
 from gke_ray_tpu.core.errors import ConfigError
-from gke_ray_tpu.core.kuberay import ray_job_problems, run_ray_job
+from gke_ray_tpu.core.kuberay import ray_job_problems
+from gke_ray_tpu.core.ray_job import JobCommand, OwnCluster, RayJobRun, ray_job
 from tests.schemas import validate_ray_cluster, validate_ray_job
 
 IDENTITY = {"bucket_name": "team-ckpt", "ksa_name": "trainer", "namespace": "training"}
@@ -31,9 +32,9 @@ def run_job(cluster_args: dict, **run_args) -> dict:
     cluster_spec = ray_cluster_spec(spec)
     # Sharded over whatever chips a slice has: the shapes here differ from the preset's.
     overrides = {"ici_fsdp_parallelism": -1, "ici_tensor_parallelism": 1}
-    job = build_run_job({"run_name": "r", "ray_cluster": cluster_ref(spec, spec.name, cluster_spec), "preset": "llama3-8b",
-                         "overrides": overrides})
-    return per_run_ray_job(job, "r", spec.namespace, cluster_spec, "0" * 64, **run_args)
+    args = {"run_name": "r", "ray_cluster": cluster_ref(spec, spec.name, cluster_spec), "preset": "llama3-8b",
+            "overrides": overrides, **run_args}
+    return ray_job(run_description(args, build_run_job(args), "0" * 64, cluster_spec))
 
 
 @pytest.mark.parametrize("name", sorted(CLUSTERS))
@@ -54,8 +55,8 @@ def test_a_runs_rayjob_passes_the_crd_and_owns_its_cluster(name):
 
 def test_the_held_clusters_rayjob_passes_the_crd_and_cannot_retry():
     spec = spec_from_args({"workload_identity": IDENTITY, "capacity": "spot"})
-    job = build_run_job({"run_name": "r", "ray_cluster": cluster_ref(spec, spec.name), "preset": "llama3-8b"})
-    manifest = ray_job(job, "r", spec.namespace, spec.name, "0" * 64)
+    args = {"run_name": "r", "ray_cluster": cluster_ref(spec, spec.name), "preset": "llama3-8b"}
+    manifest = ray_job(run_description(args, build_run_job(args), "0" * 64))
     validate_ray_job(manifest)
     assert ray_job_problems(manifest) == []
     assert ray_job_problems({**manifest, "spec": {**manifest["spec"], "backoffLimit": 1}}) == [
@@ -77,7 +78,7 @@ def test_a_run_cluster_kueue_or_this_design_would_refuse_is_refused_before_it_is
     cluster_spec = ray_cluster_spec(spec)
     change(cluster_spec)
     with pytest.raises(ValueError, match=problem):
-        run_ray_job("r", "training", cluster_spec, entrypoint="python -m x", runtime_env_yaml="{}", job_id="r-1")
+        ray_job(RayJobRun("r", "training", JobCommand("python -m x", {}, "r-1"), OwnCluster(cluster_spec, 2)))
 
 
 def test_a_run_name_leaves_room_for_the_name_kuberay_gives_its_multi_host_cluster():

@@ -150,7 +150,7 @@ def test_elastic_range_is_the_stacks_min_and_num_slices_in_hosts(outputs_with):
     assert plan(outputs_with(numSlices=3), "--elastic", "--slices", "2").spec.worker_range() == (4, 8)
     with pytest.raises(ConfigError, match="--slices=0: expected at least 1"):
         plan(outputs_with(numSlices=3), "--slices", "0")
-    with pytest.raises(ConfigError, match="--min-slices=0: expected between 1 and --slices"):
+    with pytest.raises(ConfigError, match="--min-slices=0: expected an integer between 1 and --slices"):
         plan(outputs_with(numSlices=3), "--min-slices", "0")
 
 

@@ -25,7 +25,7 @@ import requests
 from ray.job_submission import JobStatus
 
 from gke_ray_tpu.training import submit
-from gke_ray_tpu.training.driver import port_forward
+from gke_ray_tpu.training.driver import connection, port_forward
 from gke_ray_tpu.core.job_spec import submission_id_for
 from gke_ray_tpu.training.driver.local_ray import LocalRayHead
 from gke_ray_tpu.training.driver.progress import Progress
@@ -236,7 +236,7 @@ def test_port_forward_reaches_the_jobs_api(ray_head, monkeypatch):
     api = FakeCoreV1([pod("head-b")])
     with port_forward.PortForward("default", "head-svc", 8265, api=api) as pf:
         assert requests.get(f"{pf.url}/api/version", headers=ray_head.headers, timeout=10).json()["ray_version"] == "2.60.0"
-        through_pf = submit.connect(pf.url, "test", print, token=RayToken(ray_head.token, "test")).list_jobs()
+        through_pf = connection.connect(pf.url, "test", print, token=RayToken(ray_head.token, "test")).list_jobs()
         direct = ray_head.jobs().list_jobs()
         assert sorted(j.submission_id for j in through_pf) == sorted(j.submission_id for j in direct)
         assert pf.stream_error is None
@@ -311,7 +311,7 @@ def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head
     MaxTextRun uploads): it runs to completion from the archive alone, and `--follow` attaches to it by run name."""
     import yaml
 
-    from gke_ray_tpu.components.maxtext_run import ray_job
+    from gke_ray_tpu.core.ray_job import HeldCluster, RayJobRun, archived_command, ray_job
     from gke_ray_tpu.core.code_archive import archive_object, archive_zip, digest, package_files, sha256
     from gke_ray_tpu.core.job_spec import build_job
     from gke_ray_tpu.core.presets import get_preset
@@ -323,7 +323,8 @@ def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head
     archive = tmp_path / archive_object(digest(files))
     archive.parent.mkdir(parents=True)
     archive.write_bytes(archive_zip(files))
-    manifest = ray_job(spec, run, "default", "local", sha256(files), mount=str(tmp_path))
+    command = archived_command(spec, sha256(files), cold_start=False, mount=str(tmp_path))
+    manifest = ray_job(RayJobRun(run, "default", command, HeldCluster("local")))
     env = yaml.safe_load(manifest["spec"]["runtimeEnvYAML"])
     assert env["env_vars"]["PYTHONPATH"] == str(archive) and "py_modules" not in env
     client = ray_head.jobs()

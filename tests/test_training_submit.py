@@ -22,7 +22,7 @@ from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.job_spec import JobSpec, submission_id_for
 from gke_ray_tpu.training import submit
 from gke_ray_tpu.training.driver import jobs_client as jobs
-from gke_ray_tpu.training.driver import port_forward, request, retry, stack_outputs
+from gke_ray_tpu.training.driver import connection, outcome, port_forward, request, retry, stack_outputs
 from gke_ray_tpu.training.driver.errors import ClusterError
 from gke_ray_tpu.training.driver.progress import Progress, StepMetrics, WorkerGroup, parse_line
 from tests.fakes import FakeCoreV1, FakeJobsClient, pod
@@ -70,8 +70,8 @@ def fake_cluster(monkeypatch):
     def job_client(request, outputs, workers, log):
         yield holder["client"]
 
-    monkeypatch.setattr(submit, "job_client", job_client)
-    monkeypatch.setattr(submit, "_report", lambda run_dir, record, title, log: holder.setdefault("reports", []).append(record))
+    monkeypatch.setattr(connection, "job_client", job_client)
+    monkeypatch.setattr(outcome, "report", lambda run_dir, record, title, log: holder.setdefault("reports", []).append(record))
 
     def use(client: FakeJobsClient) -> FakeJobsClient:
         holder["client"] = client
@@ -89,7 +89,7 @@ def test_dev_stack_outputs_load(tmp_path, dev_outputs):
     assert (out.namespace, out.ray_head_service, out.ray_dashboard_port) == (
         "default", "maxtext-tpu-cluster-head-svc", 8265,
     )
-    assert (out.checkpoint_dir, out.num_slices, out.elastic_min_slices, out.spot) == (
+    assert (out.checkpoint_dir, out.num_slices, out.elastic_min_slices, out.capacity_mode.spot) == (
         "gs://my-tpu-project-maxtext-checkpoints", 2, 1, False,
     )
     assert (out.tpu_generation, out.topology, out.hosts_per_slice, out.chips_per_slice) == ("v6e", "4x4", 4, 16)
@@ -156,7 +156,7 @@ def test_cli_errors_are_one_line_with_status_2(capsys, tmp_path, dev_outputs):
         ("--outputs-file", f, "--preset", "llama3-405b"): "--preset='llama3-405b': expected one of llama3-70b, llama3-8b",
         ("--outputs-file", f, "ici_fsdp_parallelism=4", "ici_tensor_parallelism=2"):
             "ici_fsdp_parallelism*ici_tensor_parallelism='4*2=8': expected a product of 16",
-        ("--outputs-file", f, "--min-slices", "3"): "--min-slices=3: expected between 1 and --slices (2)",
+        ("--outputs-file", f, "--min-slices", "3"): "--min-slices=3: expected an integer between 1 and --slices (2)",
         ("--outputs-file", f, "--preset", "tiny-cpu"): "a TPU preset for a cluster run",
         ("--outputs-file", f, "steps"): "override='steps': expected MaxText key=value",
         ("--outputs-file", str(tmp_path / "none.json")): "expected a readable file",
@@ -544,27 +544,6 @@ COLD_START_LOG = (
 ) + STEPS_LOG
 
 
-def test_a_scale_to_zero_stack_shows_it_waits_for_tpu_slices(capsys, tmp_path, dev_outputs, fake_cluster):
-    cluster = fake_cluster(FakeJobsClient(log=COLD_START_LOG))
-    outputs = write(tmp_path, {**dev_outputs, "capacity": "flex-start", "scaleToZero": True})
-    rc, err = run_cli(capsys, "--outputs-file", outputs, "run_name=r")
-    assert rc == 0, err
-    lines = err.splitlines()
-    waits = [line for line in lines if "TPU slices" in line]
-    assert waits == [
-        "[submit] this cluster scales its TPU slices to zero: a run's first step waits for its v6e-16 slices to start "
-        "(minutes; Ray Train waits 900 s for them, then asks again)",
-        "[submit] waiting for TPU slices: Ray Train reserves 2 slice(s) of 4x4; slices that are not running yet are "
-        "started by the autoscalers (minutes)",
-        "[submit] still waiting for TPU slices after 900 s (8 workers): Ray Train asks again; check the node pools' "
-        "scale-up events if this repeats",
-    ]
-    assert lines.index(waits[-1]) < next(i for i, line in enumerate(lines) if "step 1/" in line)
-    # The job waits minutes for its slices: the cold-start timeouts are in its runtime env.
-    [job] = cluster.submitted
-    assert job["runtime_env"]["env_vars"]["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] == "900"
-
-
 def test_a_stack_that_holds_its_slices_submits_with_the_recovery_tuning(capsys, tmp_path, dev_outputs, fake_cluster):
     cluster = fake_cluster(FakeJobsClient(log=STEPS_LOG))
     rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, dev_outputs), "run_name=r")
@@ -618,7 +597,7 @@ def test_progress_through_a_restart():
     assert (second.ranks, sorted(second.steps), second.restored_step) == ({200: 0, 201: 1}, [5, 6, 7], 4)
     assert isinstance(first, WorkerGroup) and p.last.loss == 6.0 - 7 / 10
     assert list(p.errors) == ["jax.errors.JaxRuntimeError: INTERNAL: Gloo all-reduce failed: Connection reset by peer"]
-    assert submit.summary(p) == "8 steps, loss 6.000 -> 5.300, 1 restart (restored checkpoint 4)"
+    assert outcome.summary(p) == "8 steps, loss 6.000 -> 5.300, 1 restart (restored checkpoint 4)"
 
 
 def test_a_group_start_logged_twice_is_one_group():
@@ -700,18 +679,6 @@ def test_the_jobs_record_has_rays_times_and_the_price_of_the_chips_it_held(capsy
     assert (record.chips, record.usd_per_chip_hour) == (32, 43.2 / 16)
     assert "on-demand list price, v6e in us-east5" in record.price_note
     assert cluster.calls["get_job_info"] == 2  # when the log starts, and once the job ended
-
-
-def test_a_spot_stack_that_scales_to_zero_pays_for_the_runs_slices_at_the_spot_rate(capsys, tmp_path, dev_outputs,
-                                                                                    fake_cluster, run_dirs):
-    from gke_ray_tpu.training.driver.run_files import JobRecord
-
-    fake_cluster(FakeJobsClient(log=STEPS_LOG))
-    outputs = write(tmp_path, {**dev_outputs, "capacity": "spot", "scaleToZero": True})
-    rc, err = run_cli(capsys, "--outputs-file", outputs, "--slices", "1", "run_name=spot")
-    assert rc == 0, err
-    record = JobRecord.load(run_dirs / "spot")
-    assert (record.chips, record.usd_per_chip_hour) == (16, 17.28 / 16)
 
 
 def test_dashboard_forwards_to_the_head_until_ctrl_c(capsys, tmp_path, dev_outputs, monkeypatch):

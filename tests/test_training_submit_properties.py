@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from gke_ray_tpu.core.job_spec import JobSpec
 from tests.fakes import FakeJobsClient
 from gke_ray_tpu.training import submit
-from gke_ray_tpu.training.driver import stack_outputs
+from gke_ray_tpu.training.driver import connection, outcome, stack_outputs
 
 ERROR = "python -m gke_ray_tpu.training.submit: error: "
 
@@ -228,10 +228,10 @@ def test_any_command_line_is_a_valid_plan_or_one_error_line(case, outputs_files,
         return stack_outputs.from_mapping(dict(dev_outputs), f"stack {stack}")
 
     cluster = FakeJobsClient()
-    monkeypatch.setattr(submit, "job_client", job_client)
+    monkeypatch.setattr(connection, "job_client", job_client)
     monkeypatch.setattr(submit, "for_cluster", recorded(submit.for_cluster))
     monkeypatch.setattr(submit, "for_local", recorded(submit.for_local))
-    monkeypatch.setattr(submit, "_report", lambda *args: None)
+    monkeypatch.setattr(outcome, "report", lambda *args: None)
     monkeypatch.setattr(stack_outputs, "load_stack", load_stack)
     argv = argv_of(case, outputs_files, str(work / "runs"), str(a_file))
     broken = broken_rules(case, dev_outputs)

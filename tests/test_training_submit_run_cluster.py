@@ -16,15 +16,20 @@ from hypothesis import given, strategies as st
 
 from gke_ray_tpu.components.ray_manifests import RayClusterSpec, ray_cluster_spec
 from gke_ray_tpu.core import code_archive
+from gke_ray_tpu.core.capacity import CAPACITY
 from gke_ray_tpu.core.kuberay import auth_secret_name
+from gke_ray_tpu.core.ray_job import (
+    DEFAULT_PRE_RUNNING_DEADLINE_SECONDS, JobCommand, OwnCluster, RayJobRun, is_multi_host, max_ray_job_name, ray_job,
+    ray_job_name,
+)
 from gke_ray_tpu.core.tpu_catalogue import slice_shape
 from gke_ray_tpu.training import submit
-from gke_ray_tpu.training.driver import port_forward, run_cluster
+from gke_ray_tpu.training.driver import connection, outcome, port_forward, run_cluster, runs
 from gke_ray_tpu.training.driver.run_files import JobRecord
 from tests.fakes import FakeJobsClient, FakeKubeRay
 from tests.schemas import validate_ray_job
 # python_ctrl_c and run_dirs (autouse: run files go to a temporary directory) are fixtures.
-from tests.test_training_submit import STEPS_LOG, python_ctrl_c, run_cli, run_dirs, write  # noqa: F401
+from tests.test_training_submit import COLD_START_LOG, STEPS_LOG, python_ctrl_c, run_cli, run_dirs, write  # noqa: F401
 
 HOSTS = 8
 """The dev stack's TPU hosts: 2 v6e 4x4 slices of 4 hosts."""
@@ -34,8 +39,8 @@ def per_run_spec() -> dict:
     """A RayCluster spec as a run brings it: the stack's head and TPU group, no autoscaler, every slice."""
     spec = RayClusterSpec(
         name="run", namespace="default", service_account="ray-ksa", bucket_name="my-tpu-project-maxtext-checkpoints",
-        shape=slice_shape("v6e", "4x4"), num_slices=2, min_slices=2, dcn_interfaces=0,
-        image="rayproject/ray:nightly-py312-tpu", megascale_port=9915, compute_class=None, capacity="flex-start",
+        shape=slice_shape("v6e", "4x4"), num_slices=2, elastic_min_slices=2, dcn_interfaces=0,
+        image="rayproject/ray:nightly-py312-tpu", megascale_port=9915, compute_class=None, capacity=CAPACITY["flex-start"],
         scale_to_zero=True,
     )
     return ray_cluster_spec(spec)
@@ -80,9 +85,9 @@ def kube(monkeypatch):
 
     monkeypatch.setattr(port_forward, "kube_apis", lambda context: (holder["kube"].core, holder["kube"].custom))
     monkeypatch.setattr(port_forward, "_core_api", lambda context: holder["kube"].core)
-    monkeypatch.setattr(submit, "connect", connect)
-    monkeypatch.setattr(submit, "_check_kuberay", check_kuberay)
-    monkeypatch.setattr(submit, "_report", lambda run_dir, record, title, log: None)
+    monkeypatch.setattr(connection, "connect", connect)
+    monkeypatch.setattr(connection, "check_kuberay", check_kuberay)
+    monkeypatch.setattr(outcome, "report", lambda run_dir, record, title, log: None)
     monkeypatch.setattr(run_cluster, "gcs_filesystem", lambda: holder["bucket"])
     monkeypatch.setattr(run_cluster, "POLL_S", 0)
     use.holder = holder
@@ -103,7 +108,7 @@ def test_a_run_is_a_crd_valid_rayjob_that_brings_its_cluster_and_deletes_it(caps
     assert "clusterSelector" not in spec and spec["shutdownAfterJobFinishes"] is True
     assert spec["rayClusterSpec"] == per_run_outputs["rayClusterSpec"]
     assert (spec["jobId"], spec["submissionMode"], spec["backoffLimit"]) == ("maxtext-r", "HTTPMode", 1)
-    assert spec["preRunningDeadlineSeconds"] == run_cluster.DEFAULT_PRE_RUNNING_DEADLINE_S
+    assert spec["preRunningDeadlineSeconds"] == DEFAULT_PRE_RUNNING_DEADLINE_SECONDS
     check, _, command = spec["entrypoint"].partition(" && ")
     assert command.startswith("python -m gke_ray_tpu.training.worker.trainer ") and "run_name=r" in command
 
@@ -149,6 +154,35 @@ def test_a_run_is_a_crd_valid_rayjob_that_brings_its_cluster_and_deletes_it(caps
     assert fake.clusters == set() and fake.pods == {}
     assert f"KubeRay deletes RayCluster {cluster} 60 s after the job ended" in err
     assert kube.holder["checks"] == 1
+
+
+def test_a_run_says_it_waits_for_its_tpu_slices_until_ray_train_has_them(capsys, tmp_path, per_run_outputs, kube):
+    fake = kube(FakeJobsClient(log=COLD_START_LOG))
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, per_run_outputs), "run_name=r")
+    assert rc == 0, err
+    lines = err.splitlines()
+    waits = [line for line in lines if "TPU slices" in line and "hosts ready" not in line]
+    assert waits == [
+        "[submit] this stack scales its TPU slices to zero: each run brings its own RayCluster, whose v6e-16 slices "
+        "take minutes to start before KubeRay submits the job",
+        "[submit] waiting for TPU slices: Ray Train reserves 2 slice(s) of 4x4; slices that are not running yet are "
+        "started by the autoscalers (minutes)",
+        "[submit] still waiting for TPU slices after 900 s (8 workers): Ray Train asks again; check the node pools' "
+        "scale-up events if this repeats",
+    ]
+    assert lines.index(waits[-1]) < next(i for i, line in enumerate(lines) if "step 1/" in line)
+    # The job waits minutes for its slices: the cold-start timeouts are in its runtime env.
+    [created] = fake.created
+    assert yaml.safe_load(created["spec"]["runtimeEnvYAML"])["env_vars"]["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] == "900"
+
+
+def test_a_spot_run_pays_for_its_own_slices_at_the_spot_rate(capsys, tmp_path, per_run_outputs, kube, run_dirs):
+    kube(FakeJobsClient(log=STEPS_LOG))
+    outputs = write(tmp_path, {**per_run_outputs, "capacity": "spot"})
+    rc, err = run_cli(capsys, "--outputs-file", outputs, "--slices", "1", "run_name=spot")
+    assert rc == 0, err
+    record = JobRecord.load(run_dirs / "spot")
+    assert (record.chips, record.usd_per_chip_hour) == (16, 17.28 / 16)
 
 
 def test_the_code_archive_is_uploaded_once_per_content(capsys, tmp_path, per_run_outputs, kube):
@@ -292,7 +326,7 @@ def test_dashboard_forwards_to_the_running_runs_head(capsys, tmp_path, per_run_o
     fake = kube(FakeJobsClient(log=STEPS_LOG))
     outputs = write(tmp_path, per_run_outputs)
     # A run whose cluster is up: the command is stopped while it follows it.
-    monkeypatch.setattr(submit, "_stream", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(runs, "stream", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt))
     assert run_cli(capsys, "--outputs-file", outputs, "run_name=d")[0] == 130
     cluster = fake.ray_jobs["maxtext-d"]["status"]["rayClusterName"]
     monkeypatch.setattr(submit, "hold", lambda: (_ for _ in ()).throw(KeyboardInterrupt))
@@ -327,7 +361,7 @@ def test_retries_need_a_stack_that_scales_to_zero(capsys, tmp_path, dev_run):
     assert rc == 2 and "--backoff-limit=2: expected 0 on a stack that holds its slices" in err
 
 
-def test_a_held_stack_with_a_run_cluster_spec_is_refused(tmp_path, dev_run):
+def test_outputs_that_disagree_on_scaling_to_zero_are_refused(tmp_path, dev_run):
     from gke_ray_tpu.core.errors import ConfigError
     from gke_ray_tpu.training.driver import stack_outputs
 
@@ -337,6 +371,10 @@ def test_a_held_stack_with_a_run_cluster_spec_is_refused(tmp_path, dev_run):
     with pytest.raises(ConfigError, match="a run's cluster spec: a per-run cluster has no Ray autoscaler"):
         stack_outputs.load_file(write(tmp_path, {**dev_run.outputs, "scaleToZero": True,
                                                  "rayClusterSpec": autoscaled}))
+    # Scaling to zero without the spec each run brings: no run could be made (a stack deployed before runs brought
+    # their own cluster).
+    with pytest.raises(ConfigError, match="rayClusterSpec=None: expected the RayCluster spec each run brings"):
+        stack_outputs.load_file(write(tmp_path, {**dev_run.outputs, "scaleToZero": True}))
     with pytest.raises(ConfigError, match="rayClusterSpec='x': expected a dict"):
         stack_outputs.load_file(write(tmp_path, {**dev_run.outputs, "scaleToZero": True, "rayClusterSpec": "x"}))
 
@@ -347,20 +385,20 @@ def test_a_rayjob_name_is_what_kuberay_and_the_tpu_webhook_accept_and_differs_pe
 
     spec = {"workerGroupSpecs": [{"numOfHosts": hosts, "replicas": 2}]}
     sid = f"maxtext-{run_name}"
-    name = run_cluster.ray_job_name(sid, run_cluster.max_ray_job_name(spec))
+    name = ray_job_name(sid, max_ray_job_name(is_multi_host(spec)))
     assert RAY_JOB_NAME.matches(name), name
     if hosts > 1:  # the cluster KubeRay names after it, <name>-<5 random characters>, on multi-host slices
         assert RAY_TPU_CLUSTER_NAME.matches(f"{name}-x7k2p"), name
-    assert run_cluster.ray_job_name(sid + "-attempt-2", run_cluster.max_ray_job_name(spec)) != name
+    assert ray_job_name(sid + "-attempt-2", max_ray_job_name(is_multi_host(spec))) != name
 
 
 def test_a_valid_short_submission_id_is_its_own_rayjob_name():
-    assert run_cluster.ray_job_name("maxtext-llama3-8b-20261204-060000", 35) == "maxtext-llama3-8b-20261204-060000"
+    assert ray_job_name("maxtext-llama3-8b-20261204-060000", 35) == "maxtext-llama3-8b-20261204-060000"
     # Two ids that would clean up to the same name keep apart.
-    assert run_cluster.ray_job_name("maxtext-Run_1", 35) != run_cluster.ray_job_name("maxtext-run-1", 35)
+    assert ray_job_name("maxtext-Run_1", 35) != ray_job_name("maxtext-run-1", 35)
     # Multi-host slices: 41 characters for the cluster (GKE's TPU webhook), so 35 for its RayJob.
-    assert run_cluster.max_ray_job_name(per_run_spec()) == 35
-    assert run_cluster.max_ray_job_name({"workerGroupSpecs": [{"numOfHosts": 1}]}) == 47
+    assert max_ray_job_name(is_multi_host(per_run_spec())) == 35
+    assert max_ray_job_name(is_multi_host({"workerGroupSpecs": [{"numOfHosts": 1}]})) == 47
 
 
 def test_a_user_who_may_not_list_rayjobs_gets_one_line_and_exit_3(capsys, tmp_path, per_run_outputs, kube,
@@ -387,7 +425,8 @@ def test_a_long_wait_is_said_again_with_the_time_it_took_and_the_deadline_left(p
     from datetime import datetime
 
     fake = FakeKubeRay(FakeJobsClient(), slices_never_come=True, deadline_reads=100)
-    manifest = run_cluster.run_manifest("maxtext-w", "default", per_run_spec(), 2, "python -m x", {}, 0, 3600)
+    manifest = ray_job(RayJobRun("maxtext-w", "default", JobCommand("python -m x", {}, "maxtext-w"),
+                                 OwnCluster(per_run_spec(), 2), pre_running_deadline_seconds=3600))
     fake.custom.create_namespaced_custom_object("ray.io", "v1", "default", "rayjobs", manifest)
     now = [datetime.fromisoformat(FakeKubeRay.CREATED.replace("Z", "+00:00")).timestamp()]
     said: list[str] = []

@@ -6,13 +6,15 @@ from typing import NotRequired, Optional, Sequence, TypedDict
 import pulumi
 import pulumi_gcp as gcp
 
-from gke_ray_tpu.components._args import integer
 from gke_ray_tpu.components._options import child_options
 from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.bounds import Bounds
 from gke_ray_tpu.core.naming import COMPUTE_NAME
 
 JUMBO_MTU = 8896
 """The MTU the tutorial, DRANET and Cluster Toolkit all use for TPU DCN networks."""
+MTU = Bounds(1300, JUMBO_MTU)
+"""``DcnNetworksArgs.mtu``: Compute Engine's range for a VPC network's MTU, up to the jumbo frames DCN uses."""
 DEFAULT_CIDRS = ("10.50.0.0/16", "10.60.0.0/16")
 """The tutorial's two DCN subnet ranges."""
 
@@ -95,7 +97,7 @@ class DcnNetworks(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: DcnNetworksArgs, opts: Optional[pulumi.ResourceOptions] = None):
         cidrs = check_cidrs(list(args.get("cidrs", DEFAULT_CIDRS)))
-        mtu = integer(args.get("mtu", JUMBO_MTU), 1300, JUMBO_MTU, "DcnNetworksArgs.mtu")
+        mtu = MTU.check(args.get("mtu", JUMBO_MTU), "DcnNetworksArgs.mtu")
         prefix = args["name_prefix"]
         check_name_prefix(prefix, len(cidrs))
         super().__init__("gke-ray-tpu:index:DcnNetworks", name, None, opts)

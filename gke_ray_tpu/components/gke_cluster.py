@@ -6,8 +6,8 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from gke_ray_tpu.components._args import integer
 from gke_ray_tpu.components._options import child_options, replaced_in_place
+from gke_ray_tpu.core.bounds import Bounds
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.gke import (
     CLUSTER_MODES,
@@ -37,6 +37,8 @@ keeps working when the channel drops the patch an exact pin would name."""
 DEFAULT_RELEASE_CHANNEL = "RAPID"
 DEFAULT_CPU_MACHINE_TYPE = "n1-standard-16"
 DEFAULT_CPU_NODE_COUNT = 3
+CPU_NODE_COUNT = Bounds(1, 1000)
+"""``cpuNodeCount`` (``cpu_node_count``): nodes of the CPU pool, or the most it autoscales to with scale to zero."""
 DEFAULT_RAY_CLUSTER_LOGGING = True
 """Ray's logs go to Cloud Logging and outlive the RayCluster: a run's log is tens of MB (billed past 50 GiB a month)."""
 DEFAULT_RAY_CLUSTER_MONITORING = True
@@ -96,7 +98,7 @@ def check_args(args: GkeRayClusterArgs, prefix: str = "GkeRayClusterArgs.") -> N
     version = parse_version(args.get("version", DEFAULT_VERSION), f"{prefix}version")
     if args.get("dranet", True) and not args.get("existing", False):
         check_dranet_floor(mode, version, f"{prefix}version")
-    integer(args.get("cpu_node_count", DEFAULT_CPU_NODE_COUNT), 1, 1000, f"{prefix}cpu_node_count")
+    CPU_NODE_COUNT.check(args.get("cpu_node_count", DEFAULT_CPU_NODE_COUNT), f"{prefix}cpu_node_count")
 
 
 def resolve_version(args: GkeRayClusterArgs, key: str = "GkeRayClusterArgs.version") -> str:

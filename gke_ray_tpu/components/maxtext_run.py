@@ -2,17 +2,14 @@
 
 The job is the one ``python -m gke_ray_tpu.training.submit`` builds (``gke_ray_tpu.core.job_spec``:
 the same preset, overrides, defaults, entry point and runtime env), submitted
-by the KubeRay operator instead of a person:
+by the KubeRay operator instead of a person, and its RayJob comes from the one
+builder every RayJob of the project comes from (``gke_ray_tpu.core.ray_job``,
+which says why HTTPMode, what a run's own cluster is, and when retries are allowed):
 
 * On a RayTpuCluster that holds its slices, ``clusterSelector`` targets its
-  RayCluster, which the RayJob neither owns nor deletes
-  (``shutdownAfterJobFinishes`` stays false). On one that scales to zero the
-  RayJob brings its own RayCluster (``gke_ray_tpu.core.kuberay.run_ray_job``) and KubeRay
-  deletes it when the job ends, whatever the outcome.
-* ``submissionMode: HTTPMode``: the operator posts the job to the head's Jobs
-  API itself. The default, K8sJobMode, would start a submitter pod that pulls
-  the Ray TPU image (tens of GB, and pulled on every start for a moving tag)
-  only to run ``ray job submit``.
+  RayCluster, which the RayJob neither owns nor deletes. On one that scales to
+  zero the RayJob brings its own RayCluster and KubeRay deletes it when the job
+  ends, whatever the outcome.
 * The code: the operator has no files of its own, so this component uploads
   ``gke_ray_tpu/core/`` and ``gke_ray_tpu/training/`` as one zip into the checkpoint bucket, named by
   its content digest; every Ray pod mounts the bucket at ``/data`` and the
@@ -24,40 +21,34 @@ by the KubeRay operator instead of a person:
 * ``jobId``: ``maxtext-<run>-rayjob-<digest>``. KubeRay submits an id once and
   ignores later spec changes, so any change of the command or the code is a new
   Ray job of the same run (Pulumi replaces the RayJob), which resumes from the
-  run's checkpoints.
-* ``backoffLimit``: retries, each on a new cluster, so only a run with its own
-  cluster may have more than 0; with ``clusterSelector`` KubeRay rejects more
-  (and older releases deleted the selected RayCluster on a retry). Restarts
-  also happen inside the job, by Ray Train (``max_failures``).
+  run's checkpoints. Restarts also happen inside the job, by Ray Train (``max_failures``).
 * Deleting the RayJob (removing the run, ``pulumi destroy``) stops its Ray job:
   KubeRay's finalizer asks the cluster to stop it. The checkpoints stay in the
   bucket.
 """
 
+from dataclasses import replace
 from typing import Any, Mapping, NotRequired, Optional, TypedDict
 
 import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
-import yaml
 
-from gke_ray_tpu.components._args import integer
 from gke_ray_tpu.components._options import child_options
 from gke_ray_tpu.components._refs import resolve_ref
 from gke_ray_tpu.components.ray_tpu_cluster import RayTpuCluster, RayTpuClusterRef
 from gke_ray_tpu.core import code_archive
-from gke_ray_tpu.core.capacity import check_mode
+from gke_ray_tpu.core.capacity import capacity_mode
 from gke_ray_tpu.core.errors import ConfigError
-from gke_ray_tpu.core.kuberay import run_cluster_name_pattern, run_ray_job
-from gke_ray_tpu.core.job_spec import (
-    COMPILATION_CACHE_DIR, DATA_MOUNT, JobSpec, bucket_url, build_job, declared_submission_id, entrypoint,
-    run_location, runtime_env,
-)
+from gke_ray_tpu.core.job_spec import COMPILATION_CACHE_DIR, DATA_MOUNT, JobSpec, bucket_url, build_job, run_location
 from gke_ray_tpu.core.naming import DNS_LABEL, RAY_CLUSTER_NAME, RAY_JOB_NAME, RAY_TPU_CLUSTER_NAME, check_bucket_name
-from gke_ray_tpu.core.tpu_catalogue import slice_shape
 from gke_ray_tpu.core.presets import DEFAULT_PRESET, get_preset
-
-SUBMISSION_MODE = "HTTPMode"
+from gke_ray_tpu.core.ray_job import (
+    ACTIVE_DEADLINE_SECONDS, HeldCluster, OwnCluster, RayJobRun, archived_command, check_backoff_limit,
+    own_cluster_name_pattern, ray_job,
+)
+from gke_ray_tpu.core.slices import run_min_slices
+from gke_ray_tpu.core.tpu_catalogue import slice_shape
 
 
 class MaxTextRunArgs(TypedDict):
@@ -89,12 +80,38 @@ def run_cluster(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> RayTpu
 def build_run_job(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> JobSpec:
     """The run's job, with every rule the submit command applies (raises ConfigError)."""
     cluster = run_cluster(args, prefix)
+    _check_names(args, cluster, prefix)
+    mode = capacity_mode(cluster["capacity"], f"{prefix}ray_cluster.capacity")
+    preset = get_preset(args.get("preset", DEFAULT_PRESET), key=f"{prefix}preset")
+    if preset.backend != "tpu":
+        raise ConfigError(f"{prefix}preset", preset.name, "a TPU preset")
+    if args.get("active_deadline_seconds") is not None:
+        ACTIVE_DEADLINE_SECONDS.check(args["active_deadline_seconds"], f"{prefix}active_deadline_seconds")
+    check_backoff_limit(args.get("backoff_limit", 0), cluster["scale_to_zero"], f"{prefix}backoff_limit")
+    elastic = bool(args.get("elastic", False)) or preset.elastic
+    min_slices = run_min_slices(args.get("min_slices"), int(cluster["elastic_min_slices"]), int(cluster["num_slices"]),
+                                f"{prefix}min_slices") if elastic else None
+    return build_job(
+        preset,
+        base_output_directory=bucket_url(cluster["bucket_name"]) + "/",
+        run_name=args["run_name"],
+        slices=int(cluster["num_slices"]),
+        overrides=dict(args.get("overrides") or {}),
+        elastic=elastic,
+        min_slices=min_slices,
+        generation=cluster["generation"],
+        topology=cluster["topology"],
+        spot=mode.spot,
+        compilation_cache_dir=COMPILATION_CACHE_DIR,
+    )
+
+
+def _check_names(args: MaxTextRunArgs, cluster: RayTpuClusterRef, prefix: str) -> None:
+    """The run's, its cluster's and its bucket's names, and the spec of the cluster a run brings, where it does."""
     RAY_JOB_NAME.check(args["run_name"], f"{prefix}run_name")
     if isinstance(cluster["ray_cluster_name"], str):
         RAY_CLUSTER_NAME.check(cluster["ray_cluster_name"], f"{prefix}ray_cluster.ray_cluster_name")
     DNS_LABEL.check(cluster["namespace"], f"{prefix}ray_cluster.namespace")
-    check_mode(cluster["capacity"], f"{prefix}ray_cluster.capacity")
-    preset = get_preset(args.get("preset", DEFAULT_PRESET), key=f"{prefix}preset")
     bucket = cluster["bucket_name"]
     if not isinstance(bucket, str):
         raise ConfigError(
@@ -103,108 +120,39 @@ def build_run_job(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> JobS
             "names the bucket and its Ray job id is a digest of the command",
         )
     check_bucket_name(bucket, f"{prefix}ray_cluster.bucket_name")
-    if preset.backend != "tpu":
-        raise ConfigError(f"{prefix}preset", preset.name, "a TPU preset")
-    if args.get("active_deadline_seconds") is not None:
-        integer(args["active_deadline_seconds"], 1, None, f"{prefix}active_deadline_seconds")
-    if cluster["scale_to_zero"] and cluster.get("ray_cluster_spec") is None:
+    if not cluster["scale_to_zero"]:
+        return
+    if cluster.get("ray_cluster_spec") is None:
         raise ConfigError(
             f"{prefix}ray_cluster.ray_cluster_spec", None,
             "the RayTpuCluster's rayClusterSpec: on a cluster that scales to zero each run brings a RayCluster of it",
         )
-    if cluster["scale_to_zero"] and slice_shape(cluster["generation"], cluster["topology"]).multi_host:
+    if slice_shape(cluster["generation"], cluster["topology"]).multi_host:
         # The run's own cluster takes its name, and the TPU webhook's limit on a multi-host cluster's name.
         RAY_TPU_CLUSTER_NAME.check_derived(
-            run_cluster_name_pattern(args["run_name"]), args["run_name"], f"{prefix}run_name",
+            own_cluster_name_pattern(args["run_name"]), args["run_name"], f"{prefix}run_name",
             "the name KubeRay gives the run's own RayCluster, <run_name>-<5 random characters>",
         )
-    backoff = integer(args.get("backoff_limit", 0), 0, None, f"{prefix}backoff_limit")
-    if backoff and not cluster["scale_to_zero"]:
-        raise ConfigError(
-            f"{prefix}backoff_limit", backoff,
-            "0 on a cluster that holds its slices: KubeRay refuses RayJob retries on an existing RayCluster (older "
-            "releases deleted it to retry), and Ray Train restarts the run inside its job (max_failures, 3 when elastic "
-            "or on Spot); retries, each on a new cluster, need scaleToZero",
-        )
-    elastic = bool(args.get("elastic", False)) or preset.elastic
-    low, high = int(cluster["elastic_min_slices"]), int(cluster["num_slices"])
-    min_slices = integer(args.get("min_slices", low), 1, None, f"{prefix}min_slices")
-    if elastic and not low <= min_slices <= high:
-        raise ConfigError(
-            f"{prefix}min_slices", min_slices,
-            f"an integer between elasticMinSlices ({low}) and numSlices ({high}) of the RayTpuCluster: "
-            "the RayCluster keeps no fewer slices",
-        )
-    return build_job(
-        preset,
-        base_output_directory=bucket_url(bucket) + "/",
-        run_name=args["run_name"],
-        slices=high,
-        overrides=dict(args.get("overrides") or {}),
-        elastic=elastic,
-        min_slices=min_slices,
-        generation=cluster["generation"],
-        topology=cluster["topology"],
-        spot=cluster["capacity"] == "spot",
-        compilation_cache_dir=COMPILATION_CACHE_DIR,
+
+
+def run_description(args: MaxTextRunArgs, spec: JobSpec, code_sha256: str, ray_cluster_spec: Any = None,
+                    mount: str = DATA_MOUNT) -> RayJobRun:
+    """The run as a RayJob (``gke_ray_tpu.core.ray_job.ray_job`` builds its manifest), pure.
+
+    ``code_sha256``: the code archive's full content hash (gke_ray_tpu.core.code_archive.sha256). On a cluster
+    that scales to zero, ``ray_cluster_spec`` is the spec the run brings (or a Pulumi Input of it); ``mount``:
+    where the Ray pods see the bucket that holds the code archive."""
+    cluster = run_cluster(args)
+    own = bool(cluster["scale_to_zero"])
+    where = OwnCluster(ray_cluster_spec, spec.slices) if own else HeldCluster(cluster["ray_cluster_name"])
+    return RayJobRun(
+        name=args["run_name"],
+        namespace=cluster["namespace"],
+        command=archived_command(spec, code_sha256, cold_start=own, mount=mount),
+        cluster=where,
+        backoff_limit=int(args.get("backoff_limit", 0)),
+        active_deadline_seconds=args.get("active_deadline_seconds"),
     )
-
-
-def _job_fields(spec: JobSpec, code_sha256: str, mount: str, cold_start: bool) -> dict:
-    """What KubeRay submits: the command, its runtime env (the code archive on PYTHONPATH) and the Ray job id.
-
-    ``code_sha256``: the code archive's full content hash (gke_ray_tpu.core.code_archive.sha256); the entry point
-    refuses an archive that does not match it before anything imports from it.
-    """
-    archive, command = code_archive.checked_job(entrypoint(spec), code_sha256, mount)
-    env = runtime_env(pythonpath=archive, cold_start=cold_start)
-    return {
-        "entrypoint": command,
-        "runtime_env_yaml": yaml.safe_dump(env, sort_keys=True),
-        "job_id": declared_submission_id(spec.run_name, command, env),
-    }
-
-
-def per_run_ray_job(
-    spec: JobSpec, name: str, namespace: str, ray_cluster_spec: Mapping, code_sha256: str,
-    active_deadline_seconds: Optional[int] = None, backoff_limit: int = 0, mount: str = DATA_MOUNT,
-) -> dict:
-    """The RayJob manifest of a job that brings its own RayCluster of ``ray_cluster_spec`` (pure).
-
-    Its slices start with the cluster, so Ray Train gets the cold start's timeouts (gke_ray_tpu.core.job_spec.runtime_env).
-    """
-    return run_ray_job(
-        name, namespace, ray_cluster_spec, **_job_fields(spec, code_sha256, mount, cold_start=True),
-        backoff_limit=backoff_limit, active_deadline_seconds=active_deadline_seconds,
-    )
-
-
-def ray_job(
-    spec: JobSpec, name: str, namespace: str, ray_cluster_name: pulumi.Input[str], code_sha256: str,
-    active_deadline_seconds: Optional[int] = None, mount: str = DATA_MOUNT,
-) -> dict:
-    """The RayJob manifest of a job on the long-lived RayCluster ``ray_cluster_name`` (pure).
-
-    ``mount``: where the Ray pods see the bucket that holds the code archive.
-    """
-    fields = _job_fields(spec, code_sha256, mount, cold_start=False)
-    manifest: dict = {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayJob",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "entrypoint": fields["entrypoint"],
-            "runtimeEnvYAML": fields["runtime_env_yaml"],
-            "jobId": fields["job_id"],
-            "clusterSelector": {"ray.io/cluster": ray_cluster_name},
-            "submissionMode": SUBMISSION_MODE,
-            "backoffLimit": 0,
-            "shutdownAfterJobFinishes": False,
-        },
-    }
-    if active_deadline_seconds is not None:
-        manifest["spec"]["activeDeadlineSeconds"] = int(active_deadline_seconds)
-    return manifest
 
 
 class MaxTextRun(pulumi.ComponentResource):
@@ -244,32 +192,26 @@ class MaxTextRun(pulumi.ComponentResource):
             content_type="application/zip",
             opts=child_options(self, opts),
         )
-        deadline = args.get("active_deadline_seconds")
-        if cluster["scale_to_zero"]:
-            manifest = pulumi.Output.from_input(cluster["ray_cluster_spec"]).apply(
-                lambda cluster_spec: per_run_ray_job(
-                    spec, args["run_name"], cluster["namespace"], cluster_spec, content_hash, deadline,
-                    int(args.get("backoff_limit", 0)),
-                )
+        run = run_description(args, spec, content_hash, cluster.get("ray_cluster_spec"))
+        if isinstance(run.cluster, OwnCluster):
+            manifest = pulumi.Output.from_input(run.cluster.spec).apply(
+                lambda cluster_spec: ray_job(replace(run, cluster=replace(run.cluster, spec=cluster_spec)))
             )
-            # The job id is a digest of the command and its env, neither of which depends on the cluster's outputs.
-            job_id = _job_fields(spec, content_hash, DATA_MOUNT, cold_start=True)["job_id"]
-            metadata = {"name": args["run_name"], "namespace": cluster["namespace"]}
         else:
-            plain = ray_job(spec, args["run_name"], cluster["namespace"], cluster["ray_cluster_name"], content_hash, deadline)
-            manifest, job_id, metadata = pulumi.Output.from_input(plain), plain["spec"]["jobId"], plain["metadata"]
+            manifest = pulumi.Output.from_input(ray_job(run))
         self.ray_job = k8s.apiextensions.CustomResource(
             f"{name}-rayjob",
             api_version="ray.io/v1",
             kind="RayJob",
-            metadata=metadata,
+            # Known now, whatever the cluster's outputs: the job id does not depend on them either.
+            metadata=run.metadata,
             spec=manifest.apply(lambda m: m["spec"]),
             # KubeRay ignores spec changes once it submitted: a changed run is a new RayJob (same name).
             opts=child_options(self, opts, depends_on=[self.code], replace_on_changes=["spec"], delete_before_replace=True),
         )
         # Tied to the resource, so a consumer of the name waits for the RayJob to exist.
         self.ray_job_name = self.ray_job.urn.apply(lambda _: args["run_name"])
-        self.submission_id = pulumi.Output.from_input(job_id)
+        self.submission_id = pulumi.Output.from_input(run.command.job_id)
         self.checkpoint_dir = pulumi.Output.from_input(run_location(spec, "checkpoints"))
         self.code_object = self.code.name
         self.register_outputs(

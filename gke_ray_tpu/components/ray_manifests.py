@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from gke_ray_tpu.core.job_spec import DATA_MOUNT
+from gke_ray_tpu.core.capacity import CapacityMode
 from gke_ray_tpu.core.kuberay import RAY_VERSION, TOKEN_AUTH, head_service_name
+from gke_ray_tpu.core.ray_job import sized_worker_group
 from gke_ray_tpu.core.tpu_catalogue import SliceShape
 
 GCS_PORT = 6379
@@ -36,9 +38,6 @@ POD_PORTS = {
 }
 """The fixed ports the RayCluster's pods listen on (this module's manifest sets them)."""
 WORKER_GROUP = "tpu-group"
-CAPACITY_NODE_LABELS = {"spot": "cloud.google.com/gke-spot", "flex-start": "cloud.google.com/gke-flex-start"}
-"""The label GKE puts on nodes of a capacity mode: the worker pods select it, so that a cluster with other
-pools of the same TPU shape cannot place them on capacity billed another way."""
 RAY_POD_LABEL = "gke-ray-tpu/ray-cluster"
 """On every Ray pod a RayTpuCluster declares, valued with its name: what its NetworkPolicy selects. A run's
 own cluster has a generated name (``<run>-<random>``), so KubeRay's ``ray.io/cluster`` cannot be known
@@ -114,14 +113,14 @@ class RayClusterSpec:
     """The checkpoint bucket's name (a str, or a Pulumi Input of one)."""
     shape: SliceShape
     num_slices: int
-    min_slices: int
+    elastic_min_slices: int
     dcn_interfaces: int
     image: str
     megascale_port: int
     compute_class: Optional[str]
     """Autopilot: the ComputeClass that provisions the TPU nodes."""
-    capacity: str
-    """How the slices' VMs are obtained (gke_ray_tpu.core.capacity): Spot and flex-start slices are selected by their node label."""
+    capacity: CapacityMode
+    """How the slices' VMs are obtained: Spot and flex-start slices are selected by their node label."""
     scale_to_zero: bool
     """No long-lived RayCluster: every run is a RayJob that brings a cluster of this spec and deletes it at its end."""
 
@@ -279,7 +278,7 @@ def compute_class(spec: RayClusterSpec) -> dict:
     As Google's DRANET sample for TPUs: the machine type in the priority, the
     accelerator and topology from the worker pods' node selectors.
     """
-    priority: dict = {"machineType": spec.shape.machine_type, "spot": spec.capacity == "spot"}
+    priority: dict = {"machineType": spec.shape.machine_type, "spot": spec.capacity.spot}
     if spec.dcn_interfaces:
         priority["acceleratorNetworkProfile"] = "auto"
     return {
@@ -324,8 +323,8 @@ _VOLUME_MOUNTS = [
 
 
 def worker_env(spec: RayClusterSpec) -> list:
+    """The TPU workers' environment, less the slice count the group's size sets (``sized_worker_group``)."""
     env = {
-        "MEGASCALE_NUM_SLICES": str(spec.num_slices),
         "MEGASCALE_PORT": str(spec.megascale_port),
         "JAX_PLATFORMS": "tpu,cpu",
         "ENABLE_PJRT_COMPATIBILITY": "true",
@@ -342,9 +341,8 @@ def _worker_node_selector(spec: RayClusterSpec) -> dict:
     }
     if spec.compute_class:
         selector["cloud.google.com/compute-class"] = spec.compute_class
-    label = CAPACITY_NODE_LABELS.get(spec.capacity)
-    if label:
-        selector[label] = "true"
+    if spec.capacity.node_label:
+        selector[spec.capacity.node_label] = "true"
     return selector
 
 
@@ -363,13 +361,63 @@ def ray_cluster_spec(spec: RayClusterSpec) -> dict:
 
     The one builder of both kinds of cluster: the long-lived RayCluster of a held stack
     (:func:`ray_cluster`) and the ``rayClusterSpec`` every run of a scale-to-zero stack brings
-    (``gke_ray_tpu.core.kuberay.run_ray_job``). Neither runs Ray's autoscaler: KubeRay's node provider
-    cannot release a multi-host slice (it deletes the idle pods and, ``replicas`` unchanged,
-    KubeRay recreates them; tests/test_ray_node_provider.py), so a stack that scales to zero
-    does it by deleting the whole cluster when the run ends.
+    (``gke_ray_tpu.core.ray_job``, which sizes its group for the run's slices). Neither runs Ray's
+    autoscaler: KubeRay's node provider cannot release a multi-host slice (it deletes the idle pods
+    and, ``replicas`` unchanged, KubeRay recreates them; tests/test_ray_node_provider.py), so a stack
+    that scales to zero does it by deleting the whole cluster when the run ends.
     """
+    group = {
+        "groupName": WORKER_GROUP,
+        "numOfHosts": spec.shape.hosts,
+        "rayStartParams": {"metrics-export-port": str(WORKER_METRICS_EXPORT_PORT)},
+        "template": {"metadata": {"labels": pod_labels(spec), "annotations": _pod_annotations()},
+                     "spec": _worker_pod(spec)},
+    }
+    return {
+        "rayVersion": RAY_VERSION,
+        "authOptions": dict(TOKEN_AUTH),
+        "headGroupSpec": {
+            # ClusterIP only: the dashboard and Jobs API are reached by port-forward, never publicly.
+            "serviceType": "ClusterIP",
+            "rayStartParams": {},
+            "template": {"metadata": {"labels": pod_labels(spec), "annotations": _pod_annotations()},
+                         "spec": _head_pod(spec)},
+        },
+        "workerGroupSpecs": [sized_worker_group(group, spec.num_slices, spec.elastic_min_slices)],
+    }
+
+
+def _head_pod(spec: RayClusterSpec) -> dict:
+    return {
+        "serviceAccountName": spec.service_account,
+        # Nothing in a Ray pod calls the Kubernetes API (no autoscaler sidecar; the GCS FUSE
+        # driver gets its token from the kubelet).
+        "automountServiceAccountToken": False,
+        "containers": [
+            hardened({
+                "name": "ray-head",
+                "image": spec.image,
+                "imagePullPolicy": image_pull_policy(spec.image),
+                "ports": [
+                    {"containerPort": GCS_PORT, "name": "gcs-server"},
+                    {"containerPort": DASHBOARD_PORT, "name": "dashboard"},
+                    {"containerPort": CLIENT_PORT, "name": "client"},
+                ],
+                "resources": {
+                    "limits": {"memory": HEAD_MEMORY},
+                    "requests": {"cpu": HEAD_CPU, "memory": HEAD_MEMORY},
+                },
+                "volumeMounts": _VOLUME_MOUNTS,
+            })
+        ],
+        "volumes": _volumes(spec),
+        "nodeSelector": {"iam.gke.io/gke-metadata-server-enabled": "true"},
+    }
+
+
+def _worker_pod(spec: RayClusterSpec) -> dict:
     tpu = str(spec.shape.chips_per_host)
-    worker_container: dict = hardened({
+    container: dict = hardened({
         "name": "ray-worker",
         "image": spec.image,
         "imagePullPolicy": image_pull_policy(spec.image),
@@ -382,64 +430,17 @@ def ray_cluster_spec(spec: RayClusterSpec) -> dict:
         # containers the device access without it, and Autopilot refuses privileged pods.
         "volumeMounts": _VOLUME_MOUNTS,
     })
-    worker_pod: dict = {
+    pod: dict = {
         "serviceAccountName": spec.service_account,
         # Nothing on a worker calls the Kubernetes API: Workload Identity needs no token in the pod
         # (the metadata server knows the pod by its IP), and the GCS FUSE driver gets the pod's token
         # from the kubelet (CSIDriver tokenRequests).
         "automountServiceAccountToken": False,
-        "containers": [worker_container],
+        "containers": [container],
         "volumes": _volumes(spec),
         "nodeSelector": _worker_node_selector(spec),
     }
     if spec.dcn_interfaces:
-        worker_pod["resourceClaims"] = [{"name": "netdev", "resourceClaimTemplateName": spec.claim_template_name}]
-        worker_container["resources"]["claims"] = [{"name": "netdev"}]
-    return {
-        "rayVersion": RAY_VERSION,
-        "authOptions": dict(TOKEN_AUTH),
-        "headGroupSpec": {
-            # ClusterIP only: the dashboard and Jobs API are reached by port-forward, never publicly.
-            "serviceType": "ClusterIP",
-            "rayStartParams": {},
-            "template": {
-                "metadata": {"labels": pod_labels(spec), "annotations": _pod_annotations()},
-                "spec": {
-                    "serviceAccountName": spec.service_account,
-                    # Nothing in a Ray pod calls the Kubernetes API (no autoscaler sidecar; the GCS FUSE
-                    # driver gets its token from the kubelet).
-                    "automountServiceAccountToken": False,
-                    "containers": [
-                        hardened({
-                            "name": "ray-head",
-                            "image": spec.image,
-                            "imagePullPolicy": image_pull_policy(spec.image),
-                            "ports": [
-                                {"containerPort": GCS_PORT, "name": "gcs-server"},
-                                {"containerPort": DASHBOARD_PORT, "name": "dashboard"},
-                                {"containerPort": CLIENT_PORT, "name": "client"},
-                            ],
-                            "resources": {
-                                "limits": {"memory": HEAD_MEMORY},
-                                "requests": {"cpu": HEAD_CPU, "memory": HEAD_MEMORY},
-                            },
-                            "volumeMounts": _VOLUME_MOUNTS,
-                        })
-                    ],
-                    "volumes": _volumes(spec),
-                    "nodeSelector": {"iam.gke.io/gke-metadata-server-enabled": "true"},
-                },
-            },
-        },
-        "workerGroupSpecs": [
-            {
-                "groupName": WORKER_GROUP,
-                "replicas": spec.num_slices,
-                "minReplicas": spec.min_slices,
-                "maxReplicas": spec.num_slices,
-                "numOfHosts": spec.shape.hosts,
-                "rayStartParams": {"metrics-export-port": str(WORKER_METRICS_EXPORT_PORT)},
-                "template": {"metadata": {"labels": pod_labels(spec), "annotations": _pod_annotations()}, "spec": worker_pod},
-            }
-        ],
-    }
+        pod["resourceClaims"] = [{"name": "netdev", "resourceClaimTemplateName": spec.claim_template_name}]
+        container["resources"]["claims"] = [{"name": "netdev"}]
+    return pod

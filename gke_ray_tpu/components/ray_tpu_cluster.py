@@ -11,7 +11,6 @@ from typing import Any, Mapping, NotRequired, Optional, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gke_ray_tpu.components._args import integer
 from gke_ray_tpu.components._options import child_options, custom_resource, typed_resource
 from gke_ray_tpu.components._refs import resolve_ref
 from gke_ray_tpu.components.gcs_workload_identity import GcsWorkloadIdentity, GcsWorkloadIdentityRef
@@ -28,10 +27,12 @@ from gke_ray_tpu.components.ray_manifests import (
     ray_cluster_spec,
     resource_claim_template,
 )
-from gke_ray_tpu.core.capacity import DEFAULT_CAPACITY, check_autopilot_capacity, check_mode, scale_to_zero_for
+from gke_ray_tpu.core.bounds import Bounds
+from gke_ray_tpu.core.capacity import DEFAULT_CAPACITY, capacity_mode, check_autopilot_capacity
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.kuberay import MIN_KUBERAY_AUTH, RAY_VERSION, RAYCLUSTER_CRD, served_crd_problems
 from gke_ray_tpu.core.naming import DNS_LABEL, DNS_SUBDOMAIN, RAY_CLUSTER_NAME, RAY_TPU_CLUSTER_NAME
+from gke_ray_tpu.core.slices import DEFAULT_NUM_SLICES, NUM_SLICES, elastic_min_slices
 from gke_ray_tpu.core.tpu_catalogue import DEFAULT_GENERATION, DEFAULT_TOPOLOGY, slice_shape
 
 DEFAULT_NAME = "maxtext-tpu-cluster"
@@ -44,14 +45,15 @@ as nightlies only, and the TPU stack is not needed in the image: the head's driv
 the TPU workers' runtime env installs ``maxtext[tpu]`` (JAX and libtpu) for the training processes. Ray
 finds the chips from the devices and GKE's TPU env vars, without libtpu. docs/security.md has the sources."""
 DEFAULT_MEGASCALE_PORT = 9915
+MEGASCALE_PORT = Bounds(1024, 65535)
+"""``megascalePort`` (``megascale_port``): a port the TPU workers' JAX binds, no privileged one; within these,
+:func:`check_megascale_port` also refuses the ports Ray may hold on the same pod."""
 _IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]*(:[\w][\w.-]{0,127})?(@sha256:[0-9a-f]{64})?")
 IDLE_TIMEOUT_RETIRED = (
     "with scale to zero each run brings its own RayCluster and KubeRay deletes it when the run ends, so no slice "
     "waits idle for a timeout (Ray's autoscaler, which had it, cannot release multi-host slices)"
 )
 """What replaced the idle timeout, for the error of a config or argument that still sets it."""
-DEFAULT_NUM_SLICES = 2
-"""The tutorial's two slices."""
 
 
 class RayTpuClusterArgs(TypedDict):
@@ -117,13 +119,13 @@ def check_image(image: object, key: str) -> str:
 
 def check_megascale_port(port: object, key: str) -> int:
     """MEGASCALE_PORT: a port the TPU workers' JAX can bind, so none that Ray may hold on the same pod."""
-    number = integer(port, 1024, 65535, key)
+    number = MEGASCALE_PORT.check(port, key)
     use = port_use(number)
     if use is not None:
         fixed = ", ".join(str(p) for p in sorted(POD_PORTS))
         raise ConfigError(
             key, port,
-            f"a port the Ray pods leave free ({number} is {use}): 1024-{RAY_RANDOM_PORTS.start - 1} "
+            f"a port the Ray pods leave free ({number} is {use}): {MEGASCALE_PORT.low}-{RAY_RANDOM_PORTS.start - 1} "
             f"except {fixed} and {RAY_WORKER_PORTS.start}-{RAY_WORKER_PORTS.stop - 1}",
         )
     return number
@@ -141,18 +143,18 @@ def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") 
     )
     name = args.get("ray_cluster_name", DEFAULT_NAME)
     (RAY_TPU_CLUSTER_NAME if shape.multi_host else RAY_CLUSTER_NAME).check(name, f"{prefix}ray_cluster_name")
-    num_slices = integer(args.get("num_slices", DEFAULT_NUM_SLICES), 1, 64, f"{prefix}num_slices")
-    min_slices = integer(args.get("elastic_min_slices", num_slices), 1, num_slices, f"{prefix}elastic_min_slices")
+    num_slices = NUM_SLICES.check(args.get("num_slices", DEFAULT_NUM_SLICES), f"{prefix}num_slices")
+    min_slices = elastic_min_slices(args.get("elastic_min_slices"), num_slices, f"{prefix}elastic_min_slices")
     nics = shape.generation.dcn_nics_per_host
-    dcn_interfaces = integer(args.get("dcn_interfaces", nics), 0, nics, f"{prefix}dcn_interfaces")
+    dcn_interfaces = Bounds(0, nics).check(args.get("dcn_interfaces", nics), f"{prefix}dcn_interfaces")
     identity = resolve_ref(args["workload_identity"], GcsWorkloadIdentity, f"{prefix}workload_identity")
     namespace = DNS_LABEL.check(identity["namespace"], f"{prefix}workload_identity.namespace")
     if isinstance(identity["ksa_name"], str):
         DNS_SUBDOMAIN.check(identity["ksa_name"], f"{prefix}workload_identity.ksa_name")
-    capacity = check_mode(args.get("capacity", DEFAULT_CAPACITY), f"{prefix}capacity")
+    capacity = capacity_mode(args.get("capacity", DEFAULT_CAPACITY), f"{prefix}capacity")
     if "compute_class" in args:
         DNS_LABEL.check(args["compute_class"], f"{prefix}compute_class")
-        check_autopilot_capacity(capacity, f"{prefix}capacity")
+        check_autopilot_capacity(capacity.name, f"{prefix}capacity")
     return RayClusterSpec(
         name=name,
         namespace=namespace,
@@ -160,13 +162,13 @@ def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") 
         bucket_name=identity["bucket_name"],
         shape=shape,
         num_slices=num_slices,
-        min_slices=min_slices,
+        elastic_min_slices=min_slices,
         dcn_interfaces=dcn_interfaces,
         image=check_image(args.get("image", DEFAULT_IMAGE), f"{prefix}image"),
         megascale_port=check_megascale_port(args.get("megascale_port", DEFAULT_MEGASCALE_PORT), f"{prefix}megascale_port"),
         compute_class=args.get("compute_class"),
         capacity=capacity,
-        scale_to_zero=scale_to_zero_for(capacity, args.get("scale_to_zero")),
+        scale_to_zero=capacity.scale_to_zero(args.get("scale_to_zero")),
     )
 
 
@@ -184,8 +186,8 @@ def cluster_ref(
         generation=spec.shape.generation.name,
         topology=spec.shape.topology,
         num_slices=spec.num_slices,
-        elastic_min_slices=spec.min_slices,
-        capacity=spec.capacity,
+        elastic_min_slices=spec.elastic_min_slices,
+        capacity=spec.capacity.name,
         scale_to_zero=spec.scale_to_zero,
         **per_run,
     )
@@ -213,29 +215,8 @@ class RayTpuCluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: RayTpuClusterArgs, opts: Optional[pulumi.ResourceOptions] = None):
         spec = spec_from_args(args)
         super().__init__("gke-ray-tpu:index:RayTpuCluster", name, None, opts)
-        child = child_options(self, opts)
-        prerequisites = []
         self.spec = spec
-
-        self.claim_template = None
-        if spec.dcn_interfaces:
-            self.claim_template = typed_resource(
-                k8s.resource.v1.ResourceClaimTemplate, f"{name}-netdev-claim", resource_claim_template(spec), child
-            )
-            prerequisites.append(self.claim_template)
-
-        self.compute_class = None
-        if spec.compute_class:
-            self.compute_class = custom_resource(f"{name}-compute-class", compute_class(spec), child)
-            prerequisites.append(self.compute_class)
-
-        # Before any Ray pod exists, so no pod of the stack ever runs unguarded (enforced with Dataplane V2);
-        # it selects the pods of the long-lived RayCluster and of every run's own cluster alike.
-        self.network_policy = typed_resource(
-            k8s.networking.v1.NetworkPolicy, f"{name}-ray-ingress", network_policy(spec), child
-        )
-        prerequisites.append(self.network_policy)
-
+        prerequisites = self._prerequisites(name, spec, child_options(self, opts))
         self.ray_cluster = None
         if spec.scale_to_zero:
             # No RayCluster: the spec is known once the claim template and ComputeClass it names exist (and the
@@ -263,6 +244,24 @@ class RayTpuCluster(pulumi.ComponentResource):
                 "rayClusterSpec": self.ray_cluster_spec,
             }
         )
+
+    def _prerequisites(self, name: str, spec: RayClusterSpec, child: pulumi.ResourceOptions) -> list[pulumi.Resource]:
+        """What a Ray pod of the cluster needs before it exists: its DCN claim template and ComputeClass, and the
+        NetworkPolicy over it."""
+        self.claim_template = None
+        if spec.dcn_interfaces:
+            self.claim_template = typed_resource(
+                k8s.resource.v1.ResourceClaimTemplate, f"{name}-netdev-claim", resource_claim_template(spec), child
+            )
+        self.compute_class = None
+        if spec.compute_class:
+            self.compute_class = custom_resource(f"{name}-compute-class", compute_class(spec), child)
+        # Before any Ray pod exists, so no pod of the stack ever runs unguarded (enforced with Dataplane V2);
+        # it selects the pods of the long-lived RayCluster and of every run's own cluster alike.
+        self.network_policy = typed_resource(
+            k8s.networking.v1.NetworkPolicy, f"{name}-ray-ingress", network_policy(spec), child
+        )
+        return [r for r in (self.claim_template, self.compute_class, self.network_policy) if r is not None]
 
 
 def served_kuberay(

@@ -8,7 +8,7 @@ import pulumi_gcp as gcp
 from gke_ray_tpu.components._options import child_options, replaced_in_place
 from gke_ray_tpu.components.dcn_networks import AdditionalNetwork
 from gke_ray_tpu.components.gke_cluster import CLOUD_PLATFORM_SCOPE
-from gke_ray_tpu.core.capacity import DEFAULT_CAPACITY, check_capacity, scale_to_zero_for
+from gke_ray_tpu.core.capacity import CAPACITY, DEFAULT_CAPACITY, capacity_mode, check_capacity
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.naming import COMPUTE_NAME, GKE_NAME
 from gke_ray_tpu.core.tpu_catalogue import DEFAULT_GENERATION, DEFAULT_TOPOLOGY, SliceShape, slice_shape
@@ -61,7 +61,8 @@ def check_network_count(shape: SliceShape, count: int, value: object, key: str) 
 
 
 def scale_to_zero_of(args: TpuSliceNodePoolArgs) -> bool:
-    return scale_to_zero_for(args.get("capacity", DEFAULT_CAPACITY), args.get("scale_to_zero"))
+    """As asked, else by default for the capacity mode (after :func:`check_args`)."""
+    return CAPACITY[args.get("capacity", DEFAULT_CAPACITY)].scale_to_zero(args.get("scale_to_zero"))
 
 
 def check_args(args: TpuSliceNodePoolArgs, prefix: str = "TpuSliceNodePoolArgs.") -> SliceShape:
@@ -72,10 +73,10 @@ def check_args(args: TpuSliceNodePoolArgs, prefix: str = "TpuSliceNodePoolArgs."
         key=f"{prefix}topology",
         generation_key=f"{prefix}generation",
     )
-    capacity = args.get("capacity", DEFAULT_CAPACITY)
+    mode = capacity_mode(args.get("capacity", DEFAULT_CAPACITY), f"{prefix}capacity")
     check_capacity(
-        capacity, args.get("reservation"), scale_to_zero_of(args), args.get("max_run_duration_s"), shape.generation,
-        key=lambda name: f"{prefix}{name}",
+        mode.name, args.get("reservation"), mode.scale_to_zero(args.get("scale_to_zero")),
+        args.get("max_run_duration_s"), shape.generation, key=lambda name: f"{prefix}{name}",
     )
     networks = args.get("additional_networks") or []
     check_network_count(shape, len(networks), len(networks), f"{prefix}additional_networks")
@@ -113,37 +114,9 @@ class TpuSliceNodePool(pulumi.ComponentResource):
         networks = list(args.get("additional_networks") or [])
         self.shape = shape
 
-        self.workload_policy = None
-        placement = None
-        if shape.multi_host and shape.generation.uses_workload_policy:
-            # Ironwood multi-host slices are placed by a workload policy, not COMPACT placement.
-            self.workload_policy = gcp.compute.ResourcePolicy(
-                f"{name}-workload-policy",
-                name=workload_policy_name(pool_name),
-                project=cluster.project,
-                region=zone.rsplit("-", 1)[0],
-                workload_policy=gcp.compute.ResourcePolicyWorkloadPolicyArgs(
-                    type="HIGH_THROUGHPUT", accelerator_topology=shape.topology
-                ),
-                opts=replaced_in_place(child),
-            )
-            placement = gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT", policy_name=self.workload_policy.name)
-        elif shape.multi_host:
-            placement = gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT", tpu_topology=shape.topology)
-
-        network_config = None
-        if networks:
-            network_config = gcp.container.NodePoolNetworkConfigArgs(
-                additional_node_network_configs=[
-                    gcp.container.NodePoolNetworkConfigAdditionalNodeNetworkConfigArgs(
-                        network=network["network"], subnetwork=network["subnetwork"]
-                    )
-                    for network in networks
-                ]
-            )
-
-        capacity = args.get("capacity", DEFAULT_CAPACITY)
-        flex_start = capacity == "flex-start"
+        self.workload_policy = self._workload_policy(name, shape, pool_name, cluster, zone, child)
+        capacity = CAPACITY[args.get("capacity", DEFAULT_CAPACITY)]
+        flex_start = capacity.name == "flex-start"
         scale_to_zero = scale_to_zero_of(args)
         self.node_pool = gcp.container.NodePool(
             f"{name}-pool",
@@ -157,20 +130,9 @@ class TpuSliceNodePool(pulumi.ComponentResource):
             node_count=None if scale_to_zero else shape.hosts,
             initial_node_count=0 if scale_to_zero else None,
             autoscaling=autoscaling(shape, flex_start) if scale_to_zero else None,
-            node_config=gcp.container.NodePoolNodeConfigArgs(
-                machine_type=shape.machine_type,
-                advanced_machine_features=gcp.container.NodePoolNodeConfigAdvancedMachineFeaturesArgs(threads_per_core=1),
-                gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
-                labels={DRANET_NODE_LABEL: "true"} if networks else None,
-                oauth_scopes=[CLOUD_PLATFORM_SCOPE],
-                workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
-                spot=True if capacity == "spot" else None,
-                flex_start=True if flex_start else None,
-                max_run_duration=f"{args['max_run_duration_s']}s" if args.get("max_run_duration_s") else None,
-                reservation_affinity=reservation_affinity(capacity, args.get("reservation")),
-            ),
-            network_config=network_config,
-            placement_policy=placement,
+            node_config=node_config(shape, args, bool(networks)),
+            network_config=network_config(networks),
+            placement_policy=placement_policy(shape, self.workload_policy),
             # Flex-start nodes are not repaired (GKE would recreate them outside the request; xpk and
             # Cluster Toolkit turn it off); every other slice keeps the tutorial's auto-repair.
             management=gcp.container.NodePoolManagementArgs(auto_repair=not flex_start, auto_upgrade=True),
@@ -188,6 +150,63 @@ class TpuSliceNodePool(pulumi.ComponentResource):
                 "chipsPerHost": self.chips_per_host,
             }
         )
+
+
+    @staticmethod
+    def _workload_policy(name: str, shape: SliceShape, pool_name: str, cluster: gcp.container.Cluster, zone: str,
+                         child: pulumi.ResourceOptions) -> Optional[gcp.compute.ResourcePolicy]:
+        """Ironwood multi-host slices are placed by a workload policy, not COMPACT placement alone."""
+        if not (shape.multi_host and shape.generation.uses_workload_policy):
+            return None
+        return gcp.compute.ResourcePolicy(
+            f"{name}-workload-policy",
+            name=workload_policy_name(pool_name),
+            project=cluster.project,
+            region=zone.rsplit("-", 1)[0],
+            workload_policy=gcp.compute.ResourcePolicyWorkloadPolicyArgs(
+                type="HIGH_THROUGHPUT", accelerator_topology=shape.topology
+            ),
+            opts=replaced_in_place(child),
+        )
+
+
+def placement_policy(shape: SliceShape, workload_policy: Optional[gcp.compute.ResourcePolicy]
+                     ) -> Optional[gcp.container.NodePoolPlacementPolicyArgs]:
+    """COMPACT placement for a multi-host slice: by its workload policy where it has one, else by topology."""
+    if workload_policy is not None:
+        return gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT", policy_name=workload_policy.name)
+    if shape.multi_host:
+        return gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT", tpu_topology=shape.topology)
+    return None
+
+
+def network_config(networks: Sequence[AdditionalNetwork]) -> Optional[gcp.container.NodePoolNetworkConfigArgs]:
+    if not networks:
+        return None
+    return gcp.container.NodePoolNetworkConfigArgs(
+        additional_node_network_configs=[
+            gcp.container.NodePoolNetworkConfigAdditionalNodeNetworkConfigArgs(
+                network=network["network"], subnetwork=network["subnetwork"]
+            )
+            for network in networks
+        ]
+    )
+
+
+def node_config(shape: SliceShape, args: TpuSliceNodePoolArgs, dranet: bool) -> gcp.container.NodePoolNodeConfigArgs:
+    capacity = CAPACITY[args.get("capacity", DEFAULT_CAPACITY)]
+    return gcp.container.NodePoolNodeConfigArgs(
+        machine_type=shape.machine_type,
+        advanced_machine_features=gcp.container.NodePoolNodeConfigAdvancedMachineFeaturesArgs(threads_per_core=1),
+        gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
+        labels={DRANET_NODE_LABEL: "true"} if dranet else None,
+        oauth_scopes=[CLOUD_PLATFORM_SCOPE],
+        workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
+        spot=True if capacity.spot else None,
+        flex_start=True if capacity.name == "flex-start" else None,
+        max_run_duration=f"{args['max_run_duration_s']}s" if args.get("max_run_duration_s") else None,
+        reservation_affinity=reservation_affinity(capacity.name, args.get("reservation")),
+    )
 
 
 def autoscaling(shape: SliceShape, flex_start: bool) -> gcp.container.NodePoolAutoscalingArgs:

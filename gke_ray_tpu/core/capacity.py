@@ -10,26 +10,72 @@
 * ``reservation``: consume one named reservation. A reservation is billed
   whether or not nodes use it, so scaling to zero saves nothing there.
 
-Pure rules, no Pulumi: the node pool component and the stack's config both
+Each mode is a :class:`CapacityMode` with what follows from it (is it Spot, do
+its slices scale to zero unless told otherwise, which node label GKE puts on its
+nodes, what its list price means), so every layer reads those facts off one typed
+value. Pure rules, no Pulumi: the node pool component and the stack's config both
 call :func:`check_capacity`, each naming its own keys. Sources: GKE's "About
 flex-start" and "Consume reserved zonal resources" pages, xpk's ``--flex``
-node-pool flags and Cluster Toolkit's DWS blueprints
-(``shared/notes/capacity-and-scaling.md``).
+node-pool flags and Cluster Toolkit's DWS blueprints.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Callable, Optional
 
+from gke_ray_tpu.core.bounds import Bounds
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.naming import COMPUTE_NAME, PROJECT_ID
 from gke_ray_tpu.core.tpu_catalogue import GENERATIONS, TpuGeneration
 
-CAPACITY_MODES = ("on-demand", "spot", "flex-start", "reservation")
+
+@dataclass(frozen=True)
+class CapacityMode:
+    """One way GKE obtains TPU VMs, and what follows from it."""
+
+    name: str
+    spot: bool = False
+    """Spot VMs: preemptible at any time, billed at the Spot rate."""
+    scales_to_zero_by_default: bool = False
+    """Whether the slices scale to zero unless the stack says otherwise (flex-start: always)."""
+    node_label: Optional[str] = None
+    """The label GKE puts on nodes of this mode: the worker pods select it, so that a cluster with other pools
+    of the same TPU shape cannot place them on capacity billed another way."""
+    billed_at_list_price: bool = True
+    """Whether a chip-hour costs the list price (on-demand's, or Spot's); flex-start is discounted and a
+    reservation is billed whether used or not, so for them the list price is an upper bound."""
+
+    def scale_to_zero(self, asked: Optional[bool]) -> bool:
+        """Whether the slices scale to zero: as ``asked``, else by default for the mode.
+
+        Flex-start pools exist only from 0; the other modes keep their slices unless asked. A held on-demand
+        slice is capacity that may not come back once released, and a reservation is paid for either way, so
+        holding is their default; scaling to zero trades that for a cold start of minutes at the next run.
+        """
+        return bool(asked) if asked is not None else self.scales_to_zero_by_default
+
+    @property
+    def price_basis(self) -> str:
+        """What a chip-hour's list price is for this mode, in words."""
+        basis = "Spot" if self.spot else "on-demand"
+        return f"{basis} list price" + ("" if self.billed_at_list_price else f" (a {self.name} stack: an upper bound)")
+
+
+CAPACITY = {mode.name: mode for mode in (
+    CapacityMode("on-demand"),
+    CapacityMode("spot", spot=True, node_label="cloud.google.com/gke-spot"),
+    CapacityMode("flex-start", scales_to_zero_by_default=True, node_label="cloud.google.com/gke-flex-start",
+                 billed_at_list_price=False),
+    CapacityMode("reservation", billed_at_list_price=False),
+)}
+CAPACITY_MODES = tuple(CAPACITY)
 DEFAULT_CAPACITY = "on-demand"
 MAX_RUN_DURATION_S = 7 * 24 * 3600
 """GKE stops a flex-start node after 7 days at most; ``max_run_duration`` may only shorten that."""
+MAX_RUN_DURATION = Bounds(1, MAX_RUN_DURATION_S)
+"""``maxRunDuration`` (``max_run_duration_s``): seconds after which GKE stops a flex-start node."""
 FLEX_START_GENERATIONS = tuple(name for name, generation in GENERATIONS.items() if generation.flex_start)
 
 _SHARED_RESERVATION = re.compile(r"projects/([^/]+)/reservations/([^/]+)")
@@ -39,21 +85,11 @@ Keys = Callable[[str], str]
 to the key the user sets, so one rule serves the component and the stack's config."""
 
 
-def scale_to_zero_for(mode: str, asked: Optional[bool]) -> bool:
-    """Whether the slices scale to zero: as ``asked``, else by default for ``mode``.
-
-    Flex-start pools exist only from 0; the other modes keep their slices unless
-    asked. A held on-demand slice is capacity that may not come back once
-    released, and a reservation is paid for either way, so holding is their
-    default; scaling to zero trades that for a cold start of minutes at the next run.
-    """
-    return bool(asked) if asked is not None else mode == "flex-start"
-
-
-def check_mode(mode: object, key: str) -> str:
-    if mode not in CAPACITY_MODES:
+def capacity_mode(mode: object, key: str) -> CapacityMode:
+    """The mode named ``mode``, or a ConfigError naming ``key``."""
+    if mode not in CAPACITY:
         raise ConfigError(key, mode, f"one of {', '.join(CAPACITY_MODES)}")
-    return mode  # type: ignore[return-value]
+    return CAPACITY[mode]  # type: ignore[index]
 
 
 def check_reservation(reservation: object, key: str) -> None:
@@ -78,7 +114,7 @@ def check_capacity(
     key: Keys,
 ) -> None:
     """Every combination GKE refuses, as one ConfigError naming the key to change."""
-    check_mode(mode, key("capacity"))
+    capacity_mode(mode, key("capacity"))
     if mode == "reservation":
         if not reservation:
             raise ConfigError(key("reservation"), reservation, "a reservation's name: capacity reservation consumes it")
@@ -105,13 +141,7 @@ def check_capacity(
             raise ConfigError(
                 key("max_run_duration_s"), max_run_duration_s, f"unset: it bounds flex-start nodes only (capacity is {mode})"
             )
-        if isinstance(max_run_duration_s, bool) or not isinstance(max_run_duration_s, int) or not (
-            1 <= max_run_duration_s <= MAX_RUN_DURATION_S
-        ):
-            raise ConfigError(
-                key("max_run_duration_s"), max_run_duration_s,
-                f"seconds between 1 and {MAX_RUN_DURATION_S} (GKE's 7-day limit of a flex-start node)",
-            )
+        MAX_RUN_DURATION.check(max_run_duration_s, key("max_run_duration_s"), "GKE's 7-day limit of a flex-start node")
 
 
 def check_autopilot_capacity(mode: str, key: str) -> None:

@@ -30,6 +30,7 @@ from gke_ray_tpu.core import parallelism
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.maxtext import Value, check_settings, parse_value, render
 from gke_ray_tpu.core.presets import Backend, Preset
+from gke_ray_tpu.core.slices import MIN_SLICES
 from gke_ray_tpu.core.tpu_catalogue import SliceShape, slice_shape
 
 DEFAULT_CONFIG = "src/maxtext/configs/base.yml"
@@ -192,8 +193,8 @@ class JobSpec:
         if self.failures_allowed < -1:
             raise ConfigError("--max-failures", self.max_failures, "-1 (retry forever) or more")
         low = self.min_slices if self.min_slices is not None else self.slices
-        if self.elastic and not 1 <= low <= self.slices:
-            raise ConfigError("--min-slices", low, f"between 1 and --slices ({self.slices}) for an elastic run")
+        if self.elastic:
+            MIN_SLICES.within(high=self.slices, high_name="--slices").check(low, "--min-slices")
         if self.backend == "tpu":
             shape = self.shape()
             parallelism.check_elastic(self.maxtext, shape.chips, low, self.slices, f"{shape.pod_type} slice")
@@ -290,6 +291,34 @@ def build_job(
     """
     overrides = dict(overrides or {})
     elastic = elastic or preset.elastic
+    max_failures, notes = _restart_defaults(preset, overrides, elastic, max_failures, spot)
+    if compilation_cache_dir and "jax_cache_dir" not in overrides:
+        overrides["jax_cache_dir"] = compilation_cache_dir
+    overrides.pop("run_name", None)
+    maxtext = {"base_output_directory": base_output_directory, **preset.maxtext}
+    maxtext.update(overrides)
+    maxtext["run_name"] = run_name
+    spec = JobSpec(
+        backend=preset.backend,
+        maxtext=maxtext,
+        slices=slices,
+        config=config,
+        # An elastic run keeps training down to one slice unless it says otherwise.
+        min_slices=(min_slices if min_slices is not None else MIN_SLICES.low) if elastic else None,
+        generation=generation,
+        topology=topology,
+        max_failures=max_failures,
+        storage_path=storage_path,
+        notes=tuple(notes),
+    )
+    spec.validate()
+    return spec
+
+
+def _restart_defaults(preset: Preset, overrides: dict, elastic: bool, max_failures: Optional[int],
+                      spot: bool) -> tuple[Optional[int], list[str]]:
+    """The restarts a run gets (a static run on Spot slices: :data:`ELASTIC_MAX_FAILURES`) and, where it may
+    restart, a checkpoint period set into ``overrides``; the notes that say so."""
     notes: list[str] = []
     if spot and max_failures is None and not elastic:
         max_failures = ELASTIC_MAX_FAILURES
@@ -304,26 +333,7 @@ def build_job(
             f"checkpoint_period={RESTART_CHECKPOINT_PERIOD}: a restart resumes from the latest checkpoint "
             "(MaxText's default is 10000, i.e. only the first and the last step)"
         )
-    if compilation_cache_dir and "jax_cache_dir" not in overrides:
-        overrides["jax_cache_dir"] = compilation_cache_dir
-    overrides.pop("run_name", None)
-    maxtext = {"base_output_directory": base_output_directory, **preset.maxtext}
-    maxtext.update(overrides)
-    maxtext["run_name"] = run_name
-    spec = JobSpec(
-        backend=preset.backend,
-        maxtext=maxtext,
-        slices=slices,
-        config=config,
-        min_slices=(min_slices if min_slices is not None else 1) if elastic else None,
-        generation=generation,
-        topology=topology,
-        max_failures=max_failures,
-        storage_path=storage_path,
-        notes=tuple(notes),
-    )
-    spec.validate()
-    return spec
+    return max_failures, notes
 
 
 def entrypoint(spec: JobSpec, python: str = "python") -> str:

@@ -17,8 +17,9 @@ the cluster would run open, so the served CRD is checked first
 (:func:`supports_token_auth`).
 
 A stack that scales its slices to zero runs each job as a RayJob that brings
-its own RayCluster (:func:`run_ray_job`): Ray's autoscaler cannot release a
-multi-host slice, so the cluster lives and dies with the run.
+its own RayCluster (``gke_ray_tpu.core.ray_job``): Ray's autoscaler cannot release a
+multi-host slice, so the cluster lives and dies with the run. :func:`ray_job_problems`
+is what KubeRay (and Kueue) would refuse in any RayJob.
 """
 
 from __future__ import annotations
@@ -103,73 +104,6 @@ def auth_secret_name(cluster_name: str) -> str:
     if name[:1].isdigit() or (name[:1] and not name[:1].isalnum()):
         name = "r" + name[1:]
     return name
-
-
-# --- Runs that bring their own RayCluster (stacks that scale their slices to zero) ---------------------------
-
-RUN_SUBMISSION_MODE = "HTTPMode"
-"""How KubeRay hands a run's job to its cluster: the operator posts it to the head's Jobs API.
-
-Not InteractiveMode (the user submits through the Jobs API, then sets ``spec.jobId``): KubeRay refuses
-``backoffLimit > 0`` with it (``ValidateRayJobSpec``, kuberay#3525), and a retry on a new cluster is the
-point of a per-run cluster on Spot or flex-start capacity. Not K8sJobMode: a submitter pod would pull the
-Ray TPU image only to run ``ray job submit``. The code reaches the cluster as the declared runs' archive
-in the bucket (gke_ray_tpu.core.code_archive), so HTTPMode needs no files of the submitter's."""
-
-RUN_TTL_SECONDS_AFTER_FINISHED = 60
-"""Seconds KubeRay keeps a finished run's cluster before deleting it: long enough for the submit command to
-read the job's last status and log lines through its port-forward, short enough that the slices' billing
-stops within a minute or two of the end (GKE then removes the idle TPU nodes)."""
-
-
-def run_ray_job(
-    name: str,
-    namespace: str,
-    ray_cluster_spec: Mapping,
-    *,
-    entrypoint: str,
-    runtime_env_yaml: str,
-    job_id: str,
-    backoff_limit: int = 0,
-    active_deadline_seconds: int | None = None,
-    pre_running_deadline_seconds: int | None = None,
-    labels: Mapping[str, str] | None = None,
-) -> dict:
-    """A RayJob that creates its own RayCluster from ``ray_cluster_spec`` and deletes it when the job ends.
-
-    KubeRay deletes the cluster whatever the outcome (``shutdownAfterJobFinishes``), so its TPU pods go
-    and GKE's cluster autoscaler removes their nodes. No ``clusterSelector``, one TPU worker group and no
-    group named ``head``: what Kueue requires of a RayJob it manages, so a queue can be added later.
-    ``backoff_limit``: retries, each on a new cluster.
-    """
-    spec: dict = {
-        "entrypoint": entrypoint,
-        "runtimeEnvYAML": runtime_env_yaml,
-        "jobId": job_id,
-        "submissionMode": RUN_SUBMISSION_MODE,
-        "shutdownAfterJobFinishes": True,
-        "ttlSecondsAfterFinished": RUN_TTL_SECONDS_AFTER_FINISHED,
-        "backoffLimit": backoff_limit,
-        "rayClusterSpec": dict(ray_cluster_spec),
-    }
-    if active_deadline_seconds is not None:
-        spec["activeDeadlineSeconds"] = active_deadline_seconds
-    if pre_running_deadline_seconds is not None:
-        spec["preRunningDeadlineSeconds"] = pre_running_deadline_seconds
-    metadata: dict = {"name": name, "namespace": namespace}
-    if labels:
-        metadata["labels"] = dict(labels)
-    manifest = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": metadata, "spec": spec}
-    problems = ray_job_problems(manifest)
-    if problems:
-        raise ValueError(f"RayJob {namespace}/{name}: " + "; ".join(problems))
-    return manifest
-
-
-def run_cluster_name_pattern(job_name: str) -> str:
-    """The length of the name KubeRay gives a RayJob's own cluster: ``<RayJob>-<5 random characters>``
-    (``gke_ray_tpu.core.naming.RAY_JOB_NAME`` leaves room for it), with the random part as ``xxxxx``."""
-    return f"{job_name}-xxxxx"
 
 
 KUEUE_MAX_WORKER_GROUPS = 17

@@ -28,17 +28,16 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from gke_ray_tpu.components import dcn_networks, gcs_workload_identity, gke_cluster, ray_manifests, ray_tpu_cluster, tpu_slice_node_pool
-from gke_ray_tpu.components.gcs_workload_identity import GcsWorkloadIdentityRef
-from gke_ray_tpu.components.maxtext_run import MaxTextRunArgs, build_run_job
-from gke_ray_tpu.components.ray_manifests import RayClusterSpec
-from gke_ray_tpu.components.ray_tpu_cluster import RayTpuClusterArgs, RayTpuClusterRef
-from gke_ray_tpu.core import capacity as capacity_rules, gke, naming
+from gke_ray_tpu.components import dcn_networks, gcs_workload_identity, gke_cluster, ray_tpu_cluster, tpu_slice_node_pool
+from gke_ray_tpu.components.maxtext_run import MaxTextRunArgs
+from gke_ray_tpu.core import capacity as capacity_rules, gke, naming, ray_job, slices
+from gke_ray_tpu.core.bounds import Bounds
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.job_spec import JobSpec
 from gke_ray_tpu.core.maxtext import check_settings
 from gke_ray_tpu.core.presets import DEFAULT_PRESET, get_preset
 from gke_ray_tpu.core.tpu_catalogue import SliceShape, slice_shape
+from gke_ray_tpu.stack import wiring
 
 NAMESPACE = "gke-ray-tpu"
 GCP_KEYS = ("gcp:project", "gcp:region", "gcp:zone")
@@ -55,6 +54,17 @@ _MACHINE_TYPE = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)+")
 
 def config_key(field: str) -> str:
     return StackConfig.model_fields[field].alias  # type: ignore[return-value]
+
+
+def feeds(*arguments: str, **extra: Any) -> dict:
+    """A field's ``json_schema_extra``: the component arguments its value feeds (``RayTpuClusterArgs.num_slices``),
+    from which ``gke_ray_tpu.stack.component_keys`` names the key behind an argument a component refuses."""
+    return {"feeds": arguments, **extra}
+
+
+def bounded(bounds: Bounds) -> Any:
+    """A field's limits, from the Bounds the setting's owner declares (errors word them as ``Bounds.words``)."""
+    return Field(ge=bounds.low, le=bounds.high)
 
 
 # -- value types: config arrives as strings (JSON for lists and objects) ------------------------
@@ -132,9 +142,11 @@ class DeclaredRun(BaseModel):
     """The RayJob's name and MaxText's run_name: checkpoints go to gs://<bucket>/<name>/checkpoints."""
     preset: str = DEFAULT_PRESET
     overrides: dict = Field(default_factory=dict, json_schema_extra={"expected": 'an object of MaxText keys, e.g. {"steps": 20}'})
-    min_slices: Optional[StrictInt] = Field(None, alias="minSlices", ge=1)
-    active_deadline_seconds: Optional[StrictInt] = Field(None, alias="activeDeadlineSeconds", ge=1)
-    backoff_limit: Optional[StrictInt] = Field(None, alias="backoffLimit", ge=0)
+    min_slices: Annotated[Optional[StrictInt], bounded(slices.MIN_SLICES)] = Field(None, alias="minSlices")
+    active_deadline_seconds: Annotated[Optional[StrictInt], bounded(ray_job.ACTIVE_DEADLINE_SECONDS)] = Field(
+        None, alias="activeDeadlineSeconds"
+    )
+    backoff_limit: Annotated[Optional[StrictInt], bounded(ray_job.BACKOFF_LIMIT)] = Field(None, alias="backoffLimit")
     elastic: StrictBool = Field(False, validate_default=True)
     """Set, or implied by an elastic preset or by minSlices (declared last: it reads both)."""
 
@@ -194,60 +206,73 @@ class StackConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     project: Annotated[str, _name(naming.PROJECT_ID)] = Field(
-        alias="gcp:project", description="the project everything is created in"
+        alias="gcp:project", description="the project everything is created in",
+        json_schema_extra=feeds("GkeRayClusterArgs.project", "DcnNetworksArgs.project", "GcsWorkloadIdentityArgs.project"),
     )
     region: Annotated[str, _name(naming.REGION)] = Field(
-        alias="gcp:region", description="the region of the subnets, the bucket and an Autopilot cluster"
+        alias="gcp:region", description="the region of the subnets, the bucket and an Autopilot cluster",
+        json_schema_extra=feeds("GkeRayClusterArgs.location", "DcnNetworksArgs.region", "GcsWorkloadIdentityArgs.location"),
     )
     zone: Annotated[Optional[str], _name(naming.ZONE)] = Field(
-        None, alias="gcp:zone", description="the zone of the slices and of a Standard cluster; unset: `<region>-b`"
+        None, alias="gcp:zone", description="the zone of the slices and of a Standard cluster; unset: `<region>-b`",
+        json_schema_extra=feeds("TpuSliceNodePoolArgs.zone"),
     )
     cluster_name: Annotated[str, _name(naming.GKE_NAME)] = Field(
         "ray-tpu-multislice",
         alias="gke-ray-tpu:clusterName",
         description="GKE cluster name (1-40 characters); also prefixes the DCN networks (`<name>-net-<i>`), subnets and firewall rules",
+        json_schema_extra=feeds("GkeRayClusterArgs.cluster_name", "DcnNetworksArgs.name_prefix"),
     )
     cluster_mode: Literal[gke.CLUSTER_MODES] = Field(
         gke_cluster.DEFAULT_MODE,
         alias="gke-ray-tpu:clusterMode",
         description="`standard`, or `autopilot`: a regional cluster, TPU nodes from a DRANET ComputeClass, no node pools or networks of ours",
+        json_schema_extra=feeds("GkeRayClusterArgs.mode"),
     )
     cluster_version: Annotated[str, _rule(_version)] = Field(
         gke_cluster.DEFAULT_VERSION,
         alias="gke-ray-tpu:clusterVersion",
         description="a minor (`1.35`: the channel's newest patch of it) or an exact version (`1.35.2-gke.1842000`); at least the DRANET minimum, 1.34.1-gke.1829001 (Standard) or 1.35.2-gke.1842000 (Autopilot); preview checks GKE still offers it",
+        json_schema_extra=feeds("GkeRayClusterArgs.version"),
     )
     release_channel: Literal[gke.RELEASE_CHANNELS] = Field(
         gke_cluster.DEFAULT_RELEASE_CHANNEL,
         alias="gke-ray-tpu:releaseChannel",
         description="`UNSPECIFIED` is allowed for Standard only",
+        json_schema_extra=feeds("GkeRayClusterArgs.release_channel"),
     )
     deletion_protection: Flag = Field(
         True,
         alias="gke-ray-tpu:deletionProtection",
         description="the dev stack sets `false`; `pulumi destroy` of a protected cluster fails until you set it false and `pulumi up`",
+        json_schema_extra=feeds("GkeRayClusterArgs.deletion_protection"),
     )
     existing_cluster_name: Annotated[Optional[str], _name(naming.GKE_NAME)] = Field(
         None,
         alias="gke-ray-tpu:existingClusterName",
         description="reuse this cluster: nothing of the cluster is created; preview checks it has Dataplane V2, the Workload Identity pool, the Ray operator and GCS FUSE add-ons and the DRANET version",
+        json_schema_extra=feeds("GkeRayClusterArgs.cluster_name", "GkeRayClusterArgs.existing"),
     )
     existing_cluster_location: Annotated[Optional[str], _rule(_location)] = Field(
-        None, alias="gke-ray-tpu:existingClusterLocation", description="the zone or region of `existingClusterName`; unset: `gcp:zone`"
+        None, alias="gke-ray-tpu:existingClusterLocation", description="the zone or region of `existingClusterName`; unset: `gcp:zone`",
+        json_schema_extra=feeds("GkeRayClusterArgs.location"),
     )
     cpu_machine_type: Annotated[str, _pattern(_MACHINE_TYPE, "a Compute Engine machine type such as n1-standard-16")] = Field(
         gke_cluster.DEFAULT_CPU_MACHINE_TYPE,
         alias="gke-ray-tpu:cpuMachineType",
         description="the CPU pool for the Ray head (and, unless `scaleToZero`, the system pods) (Standard)",
+        json_schema_extra=feeds("GkeRayClusterArgs.cpu_machine_type"),
     )
-    cpu_node_count: Annotated[int, Field(ge=1, le=1000)] = Field(
+    cpu_node_count: Annotated[int, bounded(gke_cluster.CPU_NODE_COUNT)] = Field(
         gke_cluster.DEFAULT_CPU_NODE_COUNT,
         alias="gke-ray-tpu:cpuNodeCount",
-        description="nodes of that pool, 1-1000; with `scaleToZero` it autoscales from 0 to this many (a Ray head per "
+        description=f"nodes of that pool, {gke_cluster.CPU_NODE_COUNT.low}-{gke_cluster.CPU_NODE_COUNT.high}; with `scaleToZero` it autoscales from 0 to this many (a Ray head per "
         f"node, one per running run) and one `{gke_cluster.SYSTEM_MACHINE_TYPE}` node runs GKE's system pods",
+        json_schema_extra=feeds("GkeRayClusterArgs.cpu_node_count"),
     )
     enable_multi_networking: Flag = Field(
-        False, alias="gke-ray-tpu:enableMultiNetworking", description="as in the tutorial; DRANET does not need it"
+        False, alias="gke-ray-tpu:enableMultiNetworking", description="as in the tutorial; DRANET does not need it",
+        json_schema_extra=feeds("GkeRayClusterArgs.enable_multi_networking"),
     )
     ray_cluster_logging: Flag = Field(
         gke_cluster.DEFAULT_RAY_CLUSTER_LOGGING,
@@ -255,37 +280,47 @@ class StackConfig(BaseModel):
         description="the Ray operator add-on sends the RayCluster's logs (every job's, every worker's) to Cloud Logging, "
         "where they outlive the cluster; billed at $0.50/GiB past 50 GiB per project and month (the local run's job log is ~0.4 MB, bench/bench_goodput.py; a TPU run's is larger and not measured here); "
         "a cluster the stack creates (an existing one keeps its own setting)",
+        json_schema_extra=feeds("GkeRayClusterArgs.ray_cluster_logging"),
     )
     ray_cluster_monitoring: Flag = Field(
         gke_cluster.DEFAULT_RAY_CLUSTER_MONITORING,
         alias="gke-ray-tpu:rayClusterMonitoring",
         description="the Ray operator add-on sends the RayCluster's Ray metrics to Managed Service for Prometheus; "
         "billed per sample ingested, every day the cluster runs (docs/training.md: Logs and metrics); a cluster the stack creates",
+        json_schema_extra=feeds("GkeRayClusterArgs.ray_cluster_monitoring"),
     )
     dcn_cidrs: Annotated[Optional[Json[list]], Field(examples=['["10.50.0.0/16", "10.60.0.0/16"]'])] = Field(
         None,
         alias="gke-ray-tpu:dcnCidrs",
         description='one DCN network each; private, /8-/29, disjoint, at most the NICs DRANET can hand out (2 on `ct6e-standard-4t`, 0 on v4/v5e/v5p); unset: `["10.50.0.0/16","10.60.0.0/16"]` cut to that many',
+        json_schema_extra=feeds("DcnNetworksArgs.cidrs", "TpuSliceNodePoolArgs.additional_networks", "RayTpuClusterArgs.dcn_interfaces", "GkeRayClusterArgs.dranet"),
     )
     tpu_generation: str = Field(
         tpu_slice_node_pool.DEFAULT_GENERATION,
         alias="gke-ray-tpu:tpuGeneration",
         description="any generation of `gke_ray_tpu/core/tpu_catalogue.py`: v4, v5e, v5p, v6e, tpu7x",
+        json_schema_extra=feeds("TpuSliceNodePoolArgs.generation", "RayTpuClusterArgs.generation"),
     )
     tpu_topology: str = Field(
         tpu_slice_node_pool.DEFAULT_TOPOLOGY,
         alias="gke-ray-tpu:tpuTopology",
         description="a topology of that generation; machine type, host count and chips per host are derived",
+        json_schema_extra=feeds("TpuSliceNodePoolArgs.topology", "RayTpuClusterArgs.topology"),
     )
-    num_slices: Annotated[int, Field(ge=1, le=64)] = Field(
-        ray_tpu_cluster.DEFAULT_NUM_SLICES,
+    num_slices: Annotated[int, bounded(slices.NUM_SLICES)] = Field(
+        slices.DEFAULT_NUM_SLICES,
         alias="gke-ray-tpu:numSlices",
-        description="one node pool and one RayCluster replica per slice, 1-64; more than 1 needs a multi-host topology",
+        description=f"one node pool and one RayCluster replica per slice, {slices.NUM_SLICES.low}-{slices.NUM_SLICES.high}; "
+        "more than 1 needs a multi-host topology",
+        json_schema_extra=feeds("RayTpuClusterArgs.num_slices"),
     )
-    elastic_min_slices: Annotated[Optional[int], Field(ge=1, le=64)] = Field(
+    elastic_min_slices: Annotated[Optional[int], bounded(slices.MIN_SLICES)] = Field(
         None,
         alias="gke-ray-tpu:elasticMinSlices",
-        description="the fewest slices an elastic run keeps training on (Ray Train's lower worker bound), 1 to `numSlices`; also the RayCluster's `minReplicas` while slices are held (with `scaleToZero` that is 0); unset: `numSlices`",
+        description="the fewest slices an elastic run keeps training on (Ray Train's lower worker bound), 1 to `numSlices`; "
+        "also the TPU worker group's `minReplicas`: the RayCluster's, or with `scaleToZero` that of each run's own cluster "
+        "(at most the run's slices); unset: `numSlices`",
+        json_schema_extra=feeds("RayTpuClusterArgs.elastic_min_slices"),
     )
     capacity: Literal[capacity_rules.CAPACITY_MODES] = Field(
         capacity_rules.DEFAULT_CAPACITY,
@@ -293,11 +328,13 @@ class StackConfig(BaseModel):
         description="how GKE obtains the TPU VMs: `on-demand` (the tutorial's), `spot` (cheaper, preemptible), "
         "`flex-start` (Dynamic Workload Scheduler: Standard only, v5e/v5p/v6e, GKE >= 1.33.0-gke.1712000, nodes "
         "live at most 7 days) or `reservation` (consumes `reservation`)",
+        json_schema_extra=feeds("TpuSliceNodePoolArgs.capacity", "RayTpuClusterArgs.capacity"),
     )
     reservation: Annotated[Optional[str], _rule(capacity_rules.check_reservation)] = Field(
         None,
         alias="gke-ray-tpu:reservation",
         description="the reservation `capacity: reservation` consumes (a name, or `projects/<p>/reservations/<name>`); required exactly then",
+        json_schema_extra=feeds("TpuSliceNodePoolArgs.reservation"),
     )
     scale_to_zero: Optional[Flag] = Field(
         None,
@@ -305,51 +342,63 @@ class StackConfig(BaseModel):
         description="slices exist only while a run does: each run is a RayJob that brings its own RayCluster and "
         "deletes it when it ends, each pool autoscales 0 to its hosts, and a run waits minutes for its slices. Unset: true for "
         "`flex-start` (required), false otherwise (a held slice starts runs at once; on demand, one released may not come back)",
+        json_schema_extra=feeds("GkeRayClusterArgs.scale_to_zero", "TpuSliceNodePoolArgs.scale_to_zero", "RayTpuClusterArgs.scale_to_zero"),
     )
-    max_run_duration: Annotated[Optional[int], Field(ge=1, le=capacity_rules.MAX_RUN_DURATION_S)] = Field(
+    max_run_duration: Annotated[Optional[int], bounded(capacity_rules.MAX_RUN_DURATION)] = Field(
         None,
         alias="gke-ray-tpu:maxRunDuration",
-        description="`flex-start` only: seconds after which GKE stops a TPU node, 1-604800 (unset: GKE's 7 days)",
+        description=f"`flex-start` only: seconds after which GKE stops a TPU node, {capacity_rules.MAX_RUN_DURATION.low}-"
+        f"{capacity_rules.MAX_RUN_DURATION.high} (unset: GKE's 7 days)",
+        json_schema_extra=feeds("TpuSliceNodePoolArgs.max_run_duration_s"),
     )
     bucket_name: Annotated[str, _rule(naming.check_bucket_name)] = Field(
         alias="gke-ray-tpu:bucketName",
         description="Google's bucket naming rules (3-63 characters, no `goog` prefix, no `google`, no dots)",
+        json_schema_extra=feeds("GcsWorkloadIdentityArgs.bucket_name"),
     )
     bucket_deletion: Literal[gcs_workload_identity.BUCKET_DELETION_POLICIES] = Field(
         gcs_workload_identity.DEFAULT_BUCKET_DELETION,
         alias="gke-ray-tpu:bucketDeletion",
         description="`retain`: destroy forgets the bucket and keeps it; `delete-empty`: GCS refuses while checkpoints remain, so destroy stops; `force`: deletes it with every object",
+        json_schema_extra=feeds("GcsWorkloadIdentityArgs.bucket_deletion"),
     )
     bucket_hierarchical_namespace: Flag = Field(
         gcs_workload_identity.DEFAULT_HIERARCHICAL_NAMESPACE,
         alias="gke-ray-tpu:bucketHierarchicalNamespace",
         description="create the bucket with a hierarchical namespace (atomic folder renames through GCS FUSE; Orbax then lists and deletes checkpoint steps through folders, not tested here); only when the bucket is created: an existing bucket keeps its namespace (a preview warning says so) and is never replaced",
+        json_schema_extra=feeds("GcsWorkloadIdentityArgs.hierarchical_namespace"),
     )
     namespace: Annotated[str, _name(naming.DNS_LABEL), _rule(_created_namespace)] = Field(
         gcs_workload_identity.DEFAULT_NAMESPACE,
         alias="gke-ray-tpu:namespace",
         description="a DNS-1123 label; a namespace other than `default` is created",
+        json_schema_extra=feeds("GcsWorkloadIdentityArgs.namespace"),
     )
     ksa_name: Annotated[str, _rule(gcs_workload_identity.check_ksa_name)] = Field(
         gcs_workload_identity.DEFAULT_KSA_NAME,
         alias="gke-ray-tpu:ksaName",
-        description="the Kubernetes service account of the Ray pods; `ns/<namespace>/sa/<ksaName>` is its Workload Identity subject, at most 127 characters"
+        description="the Kubernetes service account of the Ray pods; `ns/<namespace>/sa/<ksaName>` is its Workload Identity subject, at most 127 characters",
+        json_schema_extra=feeds("GcsWorkloadIdentityArgs.ksa_name"),
     )
     ray_cluster_name: Annotated[str, _name(naming.RAY_CLUSTER_NAME)] = Field(
         ray_tpu_cluster.DEFAULT_NAME,
         alias="gke-ray-tpu:rayClusterName",
         description="the head service is `<name>-head-svc`; at most 53 characters (KubeRay), 41 for multi-host slices (the TPU webhook's `<name>-headless`)",
+        json_schema_extra=feeds("RayTpuClusterArgs.ray_cluster_name", "RayTpuClusterArgs.compute_class"),
     )
     ray_image: Annotated[str, _rule(ray_tpu_cluster.check_image)] = Field(
         ray_tpu_cluster.DEFAULT_IMAGE,
         alias="gke-ray-tpu:rayImage",
         description="Ray's release image of the driver's Ray, pulled once per node (docs/security.md: why not the tutorial's TPU nightly); a moving tag (`nightly`, `latest`) is pulled on every start and gets a preview warning",
+        json_schema_extra=feeds("RayTpuClusterArgs.image"),
     )
-    megascale_port: Annotated[int, Field(ge=1024, le=65535), _rule(ray_tpu_cluster.check_megascale_port)] = Field(
-        ray_tpu_cluster.DEFAULT_MEGASCALE_PORT, alias="gke-ray-tpu:megascalePort", description="`MEGASCALE_PORT` of the TPU workers"
+    megascale_port: Annotated[int, bounded(ray_tpu_cluster.MEGASCALE_PORT), _rule(ray_tpu_cluster.check_megascale_port)] = Field(
+        ray_tpu_cluster.DEFAULT_MEGASCALE_PORT, alias="gke-ray-tpu:megascalePort", description="`MEGASCALE_PORT` of the TPU workers",
+        json_schema_extra=feeds("RayTpuClusterArgs.megascale_port"),
     )
     project_number: Annotated[Optional[str], _rule(_project_number)] = Field(
-        None, alias="gke-ray-tpu:projectNumber", description="skips the `getProject` call used for the `principal://` member"
+        None, alias="gke-ray-tpu:projectNumber", description="skips the `getProject` call used for the `principal://` member",
+        json_schema_extra=feeds("GcsWorkloadIdentityArgs.project_number"),
     )
     planned_preset: Annotated[Optional[str], _rule(_planned_preset)] = Field(
         None,
@@ -365,6 +414,7 @@ class StackConfig(BaseModel):
 
     runs: Annotated[Json[list[DeclaredRun]], Field(examples=[json.dumps([_RUN_EXAMPLE])]), AfterValidator(_distinct_names)] = Field(
         default=(),
+        json_schema_extra=feeds(*(f"MaxTextRunArgs.{argument}" for argument in MaxTextRunArgs.__annotations__)),
         alias="gke-ray-tpu:runs",
         description="training runs `pulumi up` applies as KubeRay RayJobs, on the stack's RayCluster or, with `scaleToZero`, "
         "each with its own: a JSON list of `{name, preset, overrides, elastic, minSlices, activeDeadlineSeconds, backoffLimit}` "
@@ -389,10 +439,7 @@ class StackConfig(BaseModel):
                 shape.topology,
                 f"a multi-host topology: GKE Multislice ({self.num_slices} slices) needs multi-host slices",
             )
-        if self.elastic_min_slices is not None and self.elastic_min_slices > self.num_slices:
-            raise ConfigError(
-                config_key("elastic_min_slices"), self.elastic_min_slices, f"an integer between 1 and {self.num_slices}"
-            )
+        slices.elastic_min_slices(self.elastic_min_slices, self.num_slices, config_key("elastic_min_slices"))
         if self.zone is not None and not self.zone.startswith(self.region + "-"):
             raise ConfigError("gcp:zone", self.zone, f"a zone of gcp:region {self.region} (like {self.region}-b)")
         capacity_rules.check_capacity(
@@ -421,6 +468,21 @@ class StackConfig(BaseModel):
         for index, _ in enumerate(self.runs):
             self.declared_job(index)
         return self
+
+    def declared_job(self, index: int) -> JobSpec:
+        """The job of run ``index`` (``wiring.declared_job``), its errors under the key of the run that sets it."""
+        run = self.runs[index]
+        at = f"{config_key('runs')}[{index}]"
+        try:
+            return wiring.declared_job(self, index)
+        except ConfigError as error:
+            field = DeclaredRun.model_fields.get(error.key.removeprefix("MaxTextRunArgs."))
+            if field is not None:  # an argument the run sets
+                raise error.renamed(f"{at}.{field.alias}") from None
+            # A MaxText key of the run's own overrides, else one its preset sets.
+            mine = [part for part in re.split(r"[*,]", error.key) if part in run.overrides]
+            where = f"{at}.overrides.{error.key}" if mine else f"{at} ({error.key} of preset {run.preset})"
+            raise error.renamed(where) from None
 
     @property
     def shape(self) -> SliceShape:
@@ -451,55 +513,15 @@ class StackConfig(BaseModel):
 
     @property
     def scale_to_zero_or_default(self) -> bool:
-        return capacity_rules.scale_to_zero_for(self.capacity, self.scale_to_zero)
-
-    def ray_cluster_args(self, workload_identity: GcsWorkloadIdentityRef) -> RayTpuClusterArgs:
-        """The stack's RayTpuCluster, on ``workload_identity`` (the GcsWorkloadIdentity, or its fields)."""
-        return RayTpuClusterArgs(
-            workload_identity=workload_identity,
-            ray_cluster_name=self.ray_cluster_name,
-            generation=self.tpu_generation,
-            topology=self.tpu_topology,
-            num_slices=self.num_slices,
-            dcn_interfaces=len(self.dcn_cidrs_or_default),
-            image=self.ray_image,
-            megascale_port=self.megascale_port,
-            capacity=self.capacity,
-            scale_to_zero=self.scale_to_zero_or_default,
-            **({"elastic_min_slices": self.elastic_min_slices} if self.elastic_min_slices is not None else {}),
-            **({"compute_class": self.compute_class_name} if self.autopilot else {}),
-        )
+        return self.capacity_mode.scale_to_zero(self.scale_to_zero)
 
     @property
-    def planned_cluster_spec(self) -> RayClusterSpec:
-        """The stack's RayTpuCluster with the component's defaults, before it exists: what its pods get."""
-        identity = GcsWorkloadIdentityRef(bucket_name=self.bucket_name, ksa_name=self.ksa_name, namespace=self.namespace)
-        return ray_tpu_cluster.spec_from_args(self.ray_cluster_args(identity))
+    def elastic_min_slices_or_default(self) -> int:
+        return slices.elastic_min_slices(self.elastic_min_slices, self.num_slices, config_key("elastic_min_slices"))
 
     @property
-    def planned_ray_cluster(self) -> RayTpuClusterRef:
-        """The stack's RayTpuCluster as its runs see it."""
-        spec = self.planned_cluster_spec
-        return ray_tpu_cluster.cluster_ref(spec, spec.name, ray_manifests.ray_cluster_spec(spec))
-
-    def run_args(self, index: int, ray_cluster: RayTpuClusterRef) -> MaxTextRunArgs:
-        """The MaxTextRun of declared run ``index`` on ``ray_cluster`` (the RayTpuCluster, or its fields)."""
-        return MaxTextRunArgs(ray_cluster=ray_cluster, **self.runs[index].model_dump(exclude_none=True))
-
-    def declared_job(self, index: int) -> JobSpec:
-        """The job of run ``index``, as the submit command would build it for this stack (same rules)."""
-        run = self.runs[index]
-        at = f"{config_key('runs')}[{index}]"
-        try:
-            return build_run_job(self.run_args(index, self.planned_ray_cluster))
-        except ConfigError as error:
-            field = DeclaredRun.model_fields.get(error.key.removeprefix("MaxTextRunArgs."))
-            if field is not None:  # an argument the run sets
-                raise error.renamed(f"{at}.{field.alias}") from None
-            # A MaxText key of the run's own overrides, else one its preset sets.
-            mine = [part for part in re.split(r"[*,]", error.key) if part in run.overrides]
-            where = f"{at}.overrides.{error.key}" if mine else f"{at} ({error.key} of preset {run.preset})"
-            raise error.renamed(where) from None
+    def capacity_mode(self) -> capacity_rules.CapacityMode:
+        return capacity_rules.CAPACITY[self.capacity]
 
     @property
     def compute_class_name(self) -> Optional[str]:

@@ -25,7 +25,7 @@ from gke_ray_tpu.core.job_spec import COMPILATION_CACHE_DIR, JobSpec, bucket_url
 from gke_ray_tpu.core.parallelism import check_elastic
 from gke_ray_tpu.core.presets import DEFAULT_PRESET, get_preset
 from gke_ray_tpu.components import gke_cluster
-from gke_ray_tpu.stack import xla_check
+from gke_ray_tpu.stack import wiring, xla_check
 from gke_ray_tpu.stack.config import StackConfig, config_key
 
 
@@ -66,7 +66,7 @@ def preflight(
     ``elastic``: the run must also map onto every smaller slice count down to
     ``min_slices`` (default ``elasticMinSlices``), because Ray Train may restart it on fewer slices.
     """
-    low = (min_slices or cfg.planned_ray_cluster["elastic_min_slices"]) if elastic else cfg.num_slices
+    low = (min_slices or cfg.elastic_min_slices_or_default) if elastic else cfg.num_slices
     report = PreflightReport(slice_counts=tuple(range(cfg.num_slices, low - 1, -1)))
     try:
         check_elastic(maxtext, cfg.shape.chips, low, cfg.num_slices, slice_name=f"{cfg.shape.pod_type} slice")
@@ -103,7 +103,7 @@ def preflight(
                 model, cfg.shape, float(values["per_device_batch_size"]), int(values["max_target_length"])
             )
             report.cost = estimate_cost(
-                cfg.shape, cfg.num_slices, steps, step, spot=cfg.capacity == "spot", region=cfg.region
+                cfg.shape, cfg.num_slices, steps, step, spot=cfg.capacity_mode.spot, region=cfg.region
             )
         except ConfigError as error:
             report.warnings.append(f"no cost estimate: {error}")
@@ -131,7 +131,7 @@ def planned_job(
         overrides=overrides,
         generation=cfg.tpu_generation,
         topology=cfg.tpu_topology,
-        spot=cfg.capacity == "spot",
+        spot=cfg.capacity_mode.spot,
         compilation_cache_dir=COMPILATION_CACHE_DIR,
     )
 
@@ -190,7 +190,7 @@ def _compiled(cfg: StackConfig, job: JobSpec, key: str, name: str, report: Prefl
     """XLA's figures for a declared run at each slice count it may train on, under the pods' flags;
     a run XLA does not compile at some count fails preview under its key, naming the count."""
     try:
-        results = xla_check.check_job(job, xla_check.pod_flags(cfg.planned_cluster_spec), report.slice_counts)
+        results = xla_check.check_job(job, xla_check.pod_flags(wiring.planned_cluster_spec(cfg)), report.slice_counts)
     except xla_check.CompileCheckError as error:
         raise ConfigError(config_key("compile_check"), True, f"a compile check that can run here: {error}") from None
     if not results.fits:
@@ -296,3 +296,31 @@ def check_ray_image(cfg: StackConfig, warn: Callable[[str], None]) -> None:
             "last pushed under it and runs it with the bucket's rights; pin a release tag or a digest you tested "
             "(docs/security.md)"
         )
+
+
+def first_up(cfg: StackConfig, costs: list[CapacityCost], declared: list[PreflightReport]) -> str:
+    """What the stack's first ``pulumi up`` starts and what that costs: its slices (held, or none until a run
+    brings them) and each declared run, which KubeRay submits as soon as its cluster is up (``declared``: the
+    runs' reports, from :func:`check_declared_runs`)."""
+    slices = f"{cfg.num_slices} x {cfg.shape.pod_type} ({cfg.num_slices * cfg.shape.chips} chips, {cfg.capacity})"
+    chosen = next((cost for cost in costs if cost.capacity == cfg.capacity), None)
+    if cfg.scale_to_zero_or_default:
+        idle = "" if chosen is None else f", ${chosen.idle_usd_per_hour:,.2f}/hour idle (ESTIMATE)"
+        held = f"the GKE cluster{idle}, and no TPU slice: each run brings {slices} and releases them when it ends"
+    else:
+        idle = "" if chosen is None else f": ${chosen.idle_usd_per_hour:,.2f}/hour with the cluster (ESTIMATE)"
+        held = f"the GKE cluster and its {slices} TPU slices, billed from then on whether a run trains or not{idle}"
+    lines = [f"What the first `pulumi up` starts: {held}."]
+    for run, report in zip(cfg.runs, declared):
+        cost = report.cost
+        spent = "" if cost is None else (
+            f": {cost.steps} steps, about {cost.run_hours * 60:.0f} min of training, ${cost.run_usd:,.2f} of TPU time "
+            "(ESTIMATE, compute only)"
+        )
+        lines.append(f"  run {run.run_name} (preset {run.preset}), which KubeRay submits as soon as its cluster is "
+                     f"up{spent}")
+    if cfg.runs:
+        lines.append(f"  Remove a run from {config_key('runs')} before `pulumi up` to start it later, or never.")
+    else:
+        lines.append(f"  No run is declared ({config_key('runs')}): nothing trains until one is submitted.")
+    return "\n".join(lines)

@@ -11,10 +11,11 @@ not your project's: ``pulumi preview`` checks those against GKE.
 each slice count it may train on, with XLA's TPU compiler under the flags the
 stack's TPU pods get (:mod:`gke_ray_tpu.stack.xla_check`: minutes on a CPU, then cached)
 and prints XLA's HBM figures beside the estimate's; ``--json`` prints the
-training section as one JSON object. Exit status: 0 when the preview is sound,
-1 on a sharding mismatch or when XLA does not compile the run within the chip's
-HBM at some slice count, 2 on a config error, 3 when the compile check could
-not run.
+training section as one JSON object. The training section ends with what the
+stack's first ``pulumi up`` starts (its slices, its declared runs) and what that
+costs. Exit status (``gke_ray_tpu.core.exit_status``): 1 on a sharding mismatch
+or when XLA does not compile the run within the chip's HBM at some slice count,
+3 when the compile check could not run.
 """
 
 from __future__ import annotations
@@ -27,17 +28,23 @@ from typing import Optional, Sequence
 
 from gke_ray_tpu.core import REPO_ROOT
 from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.exit_status import NO, OK, Unavailable, run_command
 from gke_ray_tpu.core.job_spec import parse_overrides
 from gke_ray_tpu.core.maxtext import check_settings, render
-from gke_ray_tpu.stack.config import config_key, parse_stack_config
-from gke_ray_tpu.stack.mock_engine import load_stack_file, run_offline
-from gke_ray_tpu.stack.preflight import PreflightReport, check_idle_cost, check_ray_image, planned_job, planned_run, preflight
+from gke_ray_tpu.stack import wiring
+from gke_ray_tpu.stack.config import StackConfig, config_key, parse_stack_config
+from gke_ray_tpu.stack.mock_engine import OfflineRun, load_stack_file, run_offline
+from gke_ray_tpu.stack.preflight import (
+    PreflightReport, check_declared_runs, check_idle_cost, check_ray_image, first_up, planned_job, planned_run, preflight,
+)
 from gke_ray_tpu.stack.resource_tree import manifests_yaml, render_tree
 from gke_ray_tpu.stack.xla_check import CompileCheckError, SliceCountResults, check_job, pod_flags
 
+PROG = "python -m gke_ray_tpu.stack.preview"
+
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m gke_ray_tpu.stack.preview", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--stack", default="dev", help="read Pulumi.<stack>.yaml (default: dev)")
     source.add_argument("--config-file", type=Path, help="a Pulumi.<stack>.yaml anywhere")
@@ -86,67 +93,69 @@ def training_json(stack: str, maxtext: dict, report: PreflightReport, xla: Optio
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    return run_command(PROG, lambda: _preview(args))
+
+
+def _preview(args: argparse.Namespace) -> int:
     if args.json and args.section != "training":
-        print("preview: --json prints the training section: add --section training", file=sys.stderr)
-        return 2
+        raise ConfigError("--json", True, "only with --section training (--json prints the training section: add "
+                          "--section training)")
     if args.compile and args.section not in ("all", "training"):
-        print(f"preview: --compile checks the planned run, which --section {args.section} does not show", file=sys.stderr)
-        return 2
+        raise ConfigError("--compile", True, f"only with --section all or training (--compile checks the planned run, "
+                          f"which --section {args.section} does not show)")
     path = args.config_file or REPO_ROOT / f"Pulumi.{args.stack}.yaml"
     if not path.is_file():
-        print(f"preview: no stack file {path}", file=sys.stderr)
-        return 2
+        flag, value = ("--config-file", str(path)) if args.config_file else ("--stack", args.stack)
+        raise ConfigError(flag, value, f"a stack whose file exists (no stack file {path})")
     stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
     raw = load_stack_file(path)
-    try:
-        cfg = parse_stack_config(raw)
-        overrides = parse_overrides(args.overrides)
-        check_settings(overrides)
-        maxtext, elastic = planned_run(
-            args.preset or cfg.planned_preset,
-            {**cfg.planned_overrides, **overrides},
-            key="--preset" if args.preset else config_key("planned_preset"),
-        )
-        run = run_offline(raw, stack=stack) if args.section != "training" else None
-    except ConfigError as error:
-        print(f"preview: {error}", file=sys.stderr)
-        return 2
+    cfg = parse_stack_config(raw)
+    overrides = {**cfg.planned_overrides, **parse_overrides(args.overrides)}
+    check_settings(overrides)
+    maxtext, elastic = planned_run(
+        args.preset or cfg.planned_preset, overrides, key="--preset" if args.preset else config_key("planned_preset"),
+    )
+    run = run_offline(raw, stack=stack) if args.section != "training" else None
     report = preflight(cfg, maxtext, elastic=elastic or args.elastic)
-    xla = None
-    if args.compile and report.ok:
-        try:
-            job = planned_job(cfg, args.preset or cfg.planned_preset, {**cfg.planned_overrides, **overrides})
-            xla = check_job(job, pod_flags(cfg.planned_cluster_spec), report.slice_counts, cfg.shape)
-        except ConfigError as error:
-            print(f"preview: {error}", file=sys.stderr)
-            return 2
-        except CompileCheckError as error:
-            print(f"preview: the compile check could not run: {error}", file=sys.stderr)
-            return 3
-    status = 0 if report.ok and (xla is None or xla.fits) else 1
+    xla = _compiled(cfg, args.preset, overrides, report) if args.compile and report.ok else None
+    status = OK if report.ok and (xla is None or xla.fits) else NO
     if xla is not None and not xla.fits:
-        print(f"preview: XLA does not compile the run within HBM {xla.refusal()}", file=sys.stderr)
+        print(f"{PROG}: XLA does not compile the run within HBM {xla.refusal()}", file=sys.stderr)
     if args.json:
         print(json.dumps(training_json(stack, maxtext, report, xla), indent=2))
-        return status
+    else:
+        print("\n\n".join(_sections(args.section, stack, cfg, run, maxtext, report, xla)))
+    return status
 
+
+def _compiled(cfg: StackConfig, preset: Optional[str], overrides: dict, report: PreflightReport) -> SliceCountResults:
+    """XLA's verdict on the planned run under the pods' flags, at each slice count it may train on."""
+    job = planned_job(cfg, preset or cfg.planned_preset, overrides)
+    try:
+        return check_job(job, pod_flags(wiring.planned_cluster_spec(cfg)), report.slice_counts, cfg.shape)
+    except CompileCheckError as error:
+        raise Unavailable(f"the compile check could not run: {error}") from None
+
+
+def _sections(section: str, stack: str, cfg: StackConfig, run: Optional[OfflineRun], maxtext: dict,
+              report: PreflightReport, xla: Optional[SliceCountResults]) -> list[str]:
     sections = []
-    if run is not None and args.section in ("all", "resources"):
+    if run is not None and section in ("all", "resources"):
         sections.append(render_tree(run, f"Resources of gke-ray-tpu/{stack} (pulumi up would create)"))
         sections.append("Stack outputs:\n" + json.dumps(run.outputs, indent=2))
-    if run is not None and args.section in ("all", "manifests"):
+    if run is not None and section in ("all", "manifests"):
         sections.append("Kubernetes manifests:\n---\n" + manifests_yaml(run))
-    if args.section in ("all", "training"):
+    if section in ("all", "training"):
         settings = " ".join(f"{key}={render(value)}" for key, value in maxtext.items())
         sections.append(f"Planned run: {settings}\n" + report.format())
         if xla is not None:
             sections.append(xla.format(report.estimate_by_slices))
-        costs: list[str] = []
-        check_idle_cost(cfg, info=costs.append, warn=lambda message: costs.append(f"warning: {message}"))
-        check_ray_image(cfg, warn=lambda message: costs.append(f"warning: {message}"))
-        sections.append("\n".join(costs))
-    print("\n\n".join(sections))
-    return status
+        lines: list[str] = []
+        costs = check_idle_cost(cfg, info=lines.append, warn=lambda message: lines.append(f"warning: {message}"))
+        check_ray_image(cfg, warn=lambda message: lines.append(f"warning: {message}"))
+        sections.append("\n".join(lines))
+        sections.append(first_up(cfg, costs, check_declared_runs(cfg, info=lambda _: None)))
+    return sections
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+from gke_ray_tpu.core.exit_status import NO, OK, run_command
 from gke_ray_tpu.training.driver import retry
 from gke_ray_tpu.training.driver.request import DEFAULT_LOCAL_DIR
 from gke_ray_tpu.training.driver.run_files import FIGURE, JOB_LOG, JOB_RECORD, JobRecord
@@ -241,26 +242,33 @@ def _locate(run: str, output_dir: Path) -> tuple[str, Path, str]:
         return name, run_dir, str(run_dir / "tensorboard")
 
 
+PROG = "python -m gke_ray_tpu.training.report"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gke_ray_tpu.training.report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("run", help="a run name (under --output-dir), a run directory, or a gs:// run URL")
     parser.add_argument("--output-dir", default=str(DEFAULT_LOCAL_DIR), help="where local runs are (default local-runs/)")
     parser.add_argument("-o", "--png", help=f"the figure to write (default: <run dir>/{FIGURE}, ./<run>.png for gs://)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args(argv)
+    return run_command(PROG, lambda: _report(args))
+
+
+def _report(args: argparse.Namespace) -> int:
     name, run_dir, metrics_at = _locate(args.run, Path(args.output_dir))
     png = Path(args.png) if args.png else (run_dir / FIGURE if run_dir.is_dir() else Path(f"{name}.png"))
     report = write_report(run_dir, metrics_at, png, title=name)
     if report.figure is None:
-        print(f"python -m gke_ray_tpu.training.report: error: {report.no_figure}", file=sys.stderr)
-        return 1
+        print(f"{PROG}: error: {report.no_figure}", file=sys.stderr)
+        return NO
     if args.json:
         print(json.dumps({"run": name, "figure": str(png), "goodput": report.goodput.to_json() if report.goodput else None,
                           **({"no_goodput": report.no_goodput} if report.no_goodput else {})}))
     else:
         print(report.goodput.table() if report.goodput else report.no_goodput)
         print(f"figure: {png}")
-    return 0
+    return OK
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from gke_ray_tpu.core.job_spec import DEFAULT_CONFIG, parse_overrides
 from gke_ray_tpu.core.maxtext import Value
 from gke_ray_tpu.core import REPO_ROOT
 from gke_ray_tpu.core.presets import DEFAULT_PRESET, PRESETS
-from gke_ray_tpu.training.driver.run_cluster import DEFAULT_PRE_RUNNING_DEADLINE_S
+from gke_ray_tpu.core.ray_job import DEFAULT_PRE_RUNNING_DEADLINE_SECONDS
 
 DEFAULT_LOCAL_DIR = REPO_ROOT / "local-runs"
 """This machine's run directories: ``<dir>/<run_name>/`` holds the job's log and record and the report's figure
@@ -46,7 +46,7 @@ class SubmitRequest:
     """Only forward a local port to the RayCluster's Ray dashboard, until Ctrl-C (with ``follow``: that run's)."""
     backoff_limit: int = 0
     """A stack with a cluster per run: KubeRay retries a failed run this many times, each on a new cluster."""
-    pre_running_deadline_seconds: int = DEFAULT_PRE_RUNNING_DEADLINE_S
+    pre_running_deadline_seconds: int = DEFAULT_PRE_RUNNING_DEADLINE_SECONDS
     """A stack with a cluster per run: how long the run may wait for its cluster before KubeRay ends it."""
     overrides: dict[str, Value] = field(default_factory=dict)
 
@@ -130,9 +130,9 @@ def _parser() -> argparse.ArgumentParser:
                         "(--follow RUN picks one)")
     p.add_argument("--backoff-limit", type=int, default=0,
                    help="a stack that scales to zero: retries of a failed run, each on a new cluster (default 0)")
-    p.add_argument("--pre-running-deadline-seconds", type=int, default=DEFAULT_PRE_RUNNING_DEADLINE_S,
+    p.add_argument("--pre-running-deadline-seconds", type=int, default=DEFAULT_PRE_RUNNING_DEADLINE_SECONDS,
                    help="a stack that scales to zero: seconds a run may wait for its cluster (TPU slices, Ray head) "
-                        f"before KubeRay ends it (default {DEFAULT_PRE_RUNNING_DEADLINE_S})")
+                        f"before KubeRay ends it (default {DEFAULT_PRE_RUNNING_DEADLINE_SECONDS})")
     p.add_argument("--verbose", action="store_true", help="stream the job's whole log, not only progress")
     p.add_argument("overrides", nargs="*", metavar="key=value",
                    help="MaxText overrides, e.g. steps=20 (run_name=NAME follows or resumes that run)")

@@ -4,7 +4,7 @@ Such a stack keeps no RayCluster. Every run is a KubeRay RayJob whose
 ``rayClusterSpec`` is the one the stack exports (``rayClusterSpec``): KubeRay
 creates the cluster, GKE's cluster autoscaler brings up the TPU nodes for its
 pods, KubeRay posts the job to the head's Jobs API once every pod is ready
-(``HTTPMode``, gke_ray_tpu.core.kuberay) and deletes the cluster when the job ends. The
+(``HTTPMode``, gke_ray_tpu.core.ray_job) and deletes the cluster when the job ends. The
 job's code is the code archive in the bucket (gke_ray_tpu.core.code_archive), which every
 Ray pod sees at ``/data``; the job id is the run's submission id
 (``spec.jobId``), so the run's RayJobs are found by it, like its Ray jobs on a
@@ -19,35 +19,22 @@ the head is up, is the held stack's: a port-forward to the run's head service.
 
 from __future__ import annotations
 
-import hashlib
-import re
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
-import yaml
-
 from gke_ray_tpu.core import code_archive
-from gke_ray_tpu.core.errors import ConfigError
-from gke_ray_tpu.core.kuberay import run_ray_job
-from gke_ray_tpu.core.naming import RAY_CLUSTER_NAME, RAY_JOB_NAME, RAY_TPU_CLUSTER_NAME
+from gke_ray_tpu.core.ray_job import OwnCluster, RayJobRun, is_multi_host, max_ray_job_name, ray_job_name
 from gke_ray_tpu.training.driver import retry
 from gke_ray_tpu.training.driver.errors import ClusterError
 from gke_ray_tpu.training.driver.jobs_client import TERMINAL, RunJob, attempt_of, is_job_of
 from gke_ray_tpu.training.driver.port_forward import serving
+from gke_ray_tpu.training.driver.request import SubmitRequest
+from gke_ray_tpu.training.driver.submission import Submission
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayjobs"
-
-CLUSTER_SUFFIX = len("-xxxxx")
-"""What KubeRay appends to a RayJob's name for the name of the job's own RayCluster (5 random characters)."""
-
-DEFAULT_PRE_RUNNING_DEADLINE_S = 1800
-"""How long KubeRay lets a run wait for its cluster before it ends the RayJob (``preRunningDeadlineSeconds``):
-the Ray head's CPU node from zero (minutes), the TPU slices (GKE's cluster autoscaler gives up on a node that is
-not up within 15 minutes and tries again), and the image pull on every host. A run still waiting after 30 minutes
-is more likely stuck (no quota, no capacity) than slow; --pre-running-deadline-seconds raises it."""
 
 FINISHED = {"Complete", "Failed", "ValidationFailed"}
 """RayJob deployment states after which KubeRay does nothing more with the RayJob (no retry either)."""
@@ -68,20 +55,18 @@ REMIND_S = 300
 """A waiting run's line again after this long without news, with the time since its RayJob started."""
 
 
-def max_ray_job_name(ray_cluster_spec: Mapping) -> int:
-    """The longest RayJob name whose cluster name KubeRay and, for multi-host slices, GKE's TPU webhook accept."""
-    multi_host = any(int(g.get("numOfHosts", 1)) > 1 for g in ray_cluster_spec.get("workerGroupSpecs") or [])
-    return min(RAY_JOB_NAME.max_length, (RAY_TPU_CLUSTER_NAME if multi_host else RAY_CLUSTER_NAME).max_length
-               - CLUSTER_SUFFIX)
-
-
-def ray_job_name(submission_id: str, max_length: int) -> str:
-    """The RayJob of a submission: its id where that is a valid name, else a cut of it and a digest."""
-    if RAY_JOB_NAME.matches(submission_id) and len(submission_id) <= max_length:
-        return submission_id
-    name = re.sub(r"[^a-z0-9-]+", "-", submission_id.lower()).strip("-")
-    digest = hashlib.sha256(submission_id.encode()).hexdigest()[:8]
-    return f"{name[:max_length - len(digest) - 1].rstrip('-')}-{digest}"
+def submitted_run(submission_id: str, submission: Submission, outputs, request: SubmitRequest) -> RayJobRun:
+    """The run of ``submission`` as Ray job ``submission_id``: a RayJob named for it, bringing the stack's cluster
+    with the run's slices (``gke_ray_tpu.core.ray_job.ray_job`` builds it)."""
+    cluster_spec = outputs.ray_cluster_spec
+    return RayJobRun(
+        name=ray_job_name(submission_id, max_ray_job_name(is_multi_host(cluster_spec))),
+        namespace=outputs.namespace,
+        command=submission.command(submission_id),
+        cluster=OwnCluster(cluster_spec, submission.spec.slices),
+        backoff_limit=request.backoff_limit,
+        pre_running_deadline_seconds=request.pre_running_deadline_seconds,
+    )
 
 
 def job_status(ray_job: Mapping) -> str:
@@ -297,43 +282,6 @@ def ended_line(ray_job: Mapping) -> str:
     limits = {"PreRunningDeadlineExceeded": "preRunningDeadlineSeconds", "DeadlineExceeded": "activeDeadlineSeconds"}
     limit = f" ({limits[reason]}={spec.get(limits[reason])})" if reason in limits else ""
     return f"RayJob {ray_job['metadata']['name']} ended: {reason}{limit}" + (f": {message}" if message else "")
-
-
-def check_backoff_limit(value: int) -> int:
-    if value < 0:
-        raise ConfigError("--backoff-limit", value, "an integer >= 0 (retries of the run, each on a new cluster)")
-    return value
-
-
-def check_deadline(value: int) -> int:
-    if value < 1:
-        raise ConfigError("--pre-running-deadline-seconds", value,
-                          "an integer >= 1: seconds a run may wait for its cluster before KubeRay ends it")
-    return value
-
-
-def with_slices(ray_cluster_spec: Mapping, slices: int) -> dict:
-    """The stack's run cluster spec with ``slices`` TPU slices: a run on fewer slices than the stack allows
-    brings (and pays for) only those. No autoscaler runs, so KubeRay keeps ``replicas`` slices (it recreates the
-    pods of a lost one); the bounds only have to hold them."""
-    groups = [{**group, "replicas": slices, "maxReplicas": slices,
-               "minReplicas": min(int(group.get("minReplicas", slices)), slices)}
-              for group in ray_cluster_spec.get("workerGroupSpecs") or []]
-    return {**ray_cluster_spec, "workerGroupSpecs": groups}
-
-
-def run_manifest(submission_id: str, namespace: str, ray_cluster_spec: Mapping, slices: int, entrypoint: str,
-                 runtime_env: dict, backoff_limit: int, pre_running_deadline_s: int) -> dict:
-    """The run's RayJob (gke_ray_tpu.core.kuberay.run_ray_job), named for its submission id, with ``slices`` slices."""
-    return run_ray_job(
-        ray_job_name(submission_id, max_ray_job_name(ray_cluster_spec)), namespace,
-        with_slices(ray_cluster_spec, slices),
-        entrypoint=entrypoint,
-        runtime_env_yaml=yaml.safe_dump(runtime_env, sort_keys=True),
-        job_id=submission_id,
-        backoff_limit=backoff_limit,
-        pre_running_deadline_seconds=pre_running_deadline_s,
-    )
 
 
 class RayJobTiming:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
@@ -19,11 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from pydantic.alias_generators import to_camel
 
 from gke_ray_tpu.core import REPO_ROOT
-from gke_ray_tpu.core.capacity import CAPACITY_MODES
+from gke_ray_tpu.core.capacity import CAPACITY, CAPACITY_MODES, CapacityMode
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.estimates.prices import chip_price
 from gke_ray_tpu.core.job_spec import bucket_url
-from gke_ray_tpu.core.kuberay import ray_job_problems
+from gke_ray_tpu.core.ray_job import own_cluster_problems
+from gke_ray_tpu.core.slices import NUM_SLICES, elastic_min_slices
 from gke_ray_tpu.core.tpu_catalogue import slice_shape
 
 Text = Annotated[StrictStr, Field(pattern=r"\S")]
@@ -45,7 +47,7 @@ class StackOutputs(BaseModel):
     tpu_generation: Text
     accelerator_type: Text
     topology: Text
-    num_slices: StrictInt
+    num_slices: StrictInt = Field(ge=NUM_SLICES.low, le=NUM_SLICES.high)
     hosts_per_slice: StrictInt
     chips_per_host: StrictInt
     chips_per_slice: StrictInt
@@ -53,30 +55,26 @@ class StackOutputs(BaseModel):
     capacity: Literal[CAPACITY_MODES]
     """How the slices' VMs are obtained (gke_ray_tpu.core.capacity): on Spot the job must expect to lose one and restart."""
     scale_to_zero: StrictBool
-    """The cluster keeps no slice while idle: a job waits minutes for its slices."""
+    """The stack keeps no slice while idle: each run is a RayJob that brings its own RayCluster
+    (``ray_cluster_spec``, ``gke_ray_tpu.training.driver.run_cluster``) and waits minutes for its slices."""
     ray_cluster_spec: Optional[dict[str, Any]] = None
-    """The RayCluster spec every run brings (a RayJob's ``rayClusterSpec``) on a stack that scales to zero: such a
-    stack keeps no RayCluster (``gke_ray_tpu.training.driver.run_cluster``). None: the stack's long-lived RayCluster runs jobs."""
+    """The RayCluster spec every run brings (a RayJob's ``rayClusterSpec``), exported exactly when the stack
+    scales to zero; None: the stack's long-lived RayCluster runs jobs."""
 
     @property
-    def per_run_clusters(self) -> bool:
-        """Each run is a RayJob with its own RayCluster, deleted when the run ends."""
-        return self.ray_cluster_spec is not None
+    def capacity_mode(self) -> CapacityMode:
+        return CAPACITY[self.capacity]
 
-    @property
-    def spot(self) -> bool:
-        return self.capacity == "spot"
-
-    def usd_per_chip_hour(self) -> tuple[float | None, str]:
-        """The list price of one of the stack's TPU chips for an hour, and where it comes from (None: no price here)."""
+    @cached_property
+    def chip_rate(self) -> tuple[float | None, str]:
+        """The list price of one of the stack's TPU chips for an hour, and what it is (None: no price here)."""
         try:
             price = chip_price(self.tpu_generation, self.region)
         except ConfigError as e:
             return None, f"no list price here for {self.tpu_generation} in {self.region}: {e}"
-        basis = "Spot" if self.spot else "on-demand"
-        caveat = "" if self.capacity in ("on-demand", "spot") else f" (a {self.capacity} stack: an upper bound)"
-        return price.usd_per_chip_hour(self.spot), f"{basis} list price, {self.tpu_generation} in {self.region}" \
-            f"{caveat}, {price.as_of}"
+        mode = self.capacity_mode
+        return price.usd_per_chip_hour(mode.spot), \
+            f"{mode.price_basis}, {self.tpu_generation} in {self.region}, {price.as_of}"
 
     @model_validator(mode="after")
     def _agree(self) -> "StackOutputs":
@@ -97,24 +95,27 @@ class StackOutputs(BaseModel):
                 f"{bucket_url(self.bucket_name)}, the bucket runs write checkpoints to (a stack deployed before "
                 "checkpoints went straight to the bucket exports /data: run `pulumi up` to update its outputs)",
             )
+        self._agree_on_scale_to_zero()
+        elastic_min_slices(self.elastic_min_slices, self.num_slices, "elasticMinSlices", "numSlices")
+        return self
+
+    def _agree_on_scale_to_zero(self) -> None:
+        """A stack exports the spec of the cluster each run brings exactly when it scales to zero."""
+        if self.ray_cluster_spec is not None and not self.scale_to_zero:
+            raise ConfigError(
+                "rayClusterSpec", "(set)", "no rayClusterSpec on a stack that holds its slices (scaleToZero "
+                "false): its jobs run on its RayCluster"
+            )
+        if self.ray_cluster_spec is None and self.scale_to_zero:
+            raise ConfigError(
+                "rayClusterSpec", None, "the RayCluster spec each run brings, which a stack that scales to zero "
+                "exports (a stack deployed before runs brought their own cluster: run `pulumi up` to update it)"
+            )
         if self.ray_cluster_spec is not None:
-            if not self.scale_to_zero:
-                raise ConfigError(
-                    "rayClusterSpec", "(set)", "no rayClusterSpec on a stack that holds its slices (scaleToZero "
-                    "false): its jobs run on its RayCluster"
-                )
             # What KubeRay (and Kueue, later) would refuse in a run's RayJob, refused before one is created.
-            problems = ray_job_problems({"spec": {"rayClusterSpec": self.ray_cluster_spec,
-                                                  "shutdownAfterJobFinishes": True}})
-            if len(self.ray_cluster_spec.get("workerGroupSpecs") or []) != 1:
-                problems.append("one TPU worker group")
+            problems = own_cluster_problems(self.ray_cluster_spec)
             if problems:
                 raise ConfigError("rayClusterSpec", "(the stack's)", "a run's cluster spec: " + "; ".join(problems))
-        if not 1 <= self.elastic_min_slices <= self.num_slices:
-            raise ConfigError(
-                "elasticMinSlices", self.elastic_min_slices, f"between 1 and numSlices ({self.num_slices})"
-            )
-        return self
 
 
 _FIELDS = {field.alias: name for name, field in StackOutputs.model_fields.items()}
@@ -131,7 +132,8 @@ def _kind(annotation: object) -> type:
     return get_origin(annotation) or annotation  # type: ignore[return-value]
 
 
-_EXPECTED = {"rayDashboardPort": "a TCP port (1-65535)", "capacity": f"one of {', '.join(CAPACITY_MODES)}"}
+_EXPECTED = {"rayDashboardPort": "a TCP port (1-65535)", "capacity": f"one of {', '.join(CAPACITY_MODES)}",
+             "numSlices": NUM_SLICES.words()}
 """What the bounds of an output allow (its type alone says the rest)."""
 
 

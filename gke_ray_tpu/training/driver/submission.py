@@ -17,8 +17,8 @@ from gke_ray_tpu.core.job_spec import (
     COMPILATION_CACHE_DIR, SHIPPED_PACKAGES, JobSpec, build_job, entrypoint, run_location, runtime_env,
 )
 from gke_ray_tpu.core.presets import DEFAULT_PRESET, get_preset
+from gke_ray_tpu.core.ray_job import PRE_RUNNING_DEADLINE_SECONDS, JobCommand, archived_command, check_backoff_limit
 from gke_ray_tpu.training.driver.request import REPO_ROOT, SubmitRequest
-from gke_ray_tpu.training.driver.run_cluster import check_backoff_limit, check_deadline
 from gke_ray_tpu.training.driver.stack_outputs import StackOutputs
 
 LOCAL_WORKERS = 2
@@ -39,6 +39,10 @@ class Submission:
     """This machine's directory for the run: its job log (and, locally, checkpoints and metrics)."""
     code_files: Optional[dict[str, Path]] = None
     """A run that brings its own cluster: the code archive's files (the job imports the archive in the bucket)."""
+
+    def command(self, submission_id: str) -> JobCommand:
+        """What KubeRay submits for a run that brings its own cluster, as Ray job ``submission_id``."""
+        return JobCommand(self.entrypoint, self.runtime_env, submission_id)
 
 
 def unique_run_name(base: str) -> str:
@@ -77,24 +81,20 @@ def for_cluster(request: SubmitRequest, outputs: StackOutputs) -> Submission:
         generation=outputs.tpu_generation,
         topology=outputs.topology,
         max_failures=request.max_failures,
-        spot=outputs.spot,
+        spot=outputs.capacity_mode.spot,
         compilation_cache_dir=COMPILATION_CACHE_DIR,
     )
+    check_backoff_limit(request.backoff_limit, outputs.scale_to_zero, "--backoff-limit")
     code_files = None
-    if outputs.per_run_clusters:
+    if outputs.scale_to_zero:
         # KubeRay posts the job (HTTPMode): no files of this machine's reach the cluster, the archive does.
-        check_backoff_limit(request.backoff_limit)
-        check_deadline(request.pre_running_deadline_seconds)
+        PRE_RUNNING_DEADLINE_SECONDS.check(request.pre_running_deadline_seconds, "--pre-running-deadline-seconds")
         code_files = code_archive.package_files()
         # The job checks the archive against this checkout's code before importing anything of it.
-        archive, command = code_archive.checked_job(entrypoint(spec), code_archive.sha256(code_files))
-        env = runtime_env(pythonpath=archive, cold_start=True)
-    elif request.backoff_limit:
-        raise ConfigError("--backoff-limit", request.backoff_limit,
-                          "0 on a stack that holds its slices (a retry on a new cluster needs a stack that scales "
-                          "to zero; on this one run the same command again to resume)")
+        archived = archived_command(spec, code_archive.sha256(code_files), cold_start=True)
+        command, env = archived.entrypoint, dict(archived.runtime_env)
     else:
-        env = runtime_env(py_modules=SHIPPED, cold_start=outputs.scale_to_zero)
+        env = runtime_env(py_modules=SHIPPED)
         command = entrypoint(spec)
     return Submission(
         spec=spec,
@@ -113,8 +113,7 @@ def _on_cpu(env: dict) -> dict:
     return env
 
 
-def for_local(request: SubmitRequest, cold_start: bool = False) -> Submission:
-    """``cold_start``: the Ray cluster at ``request.address`` scales its workers to zero (see ``runtime_env``)."""
+def for_local(request: SubmitRequest) -> Submission:
     preset = get_preset(request.preset or "tiny-cpu")
     if preset.backend != "cpu":
         raise ConfigError("--preset", preset.name, "a CPU preset for --local (tiny-cpu)")
@@ -147,7 +146,7 @@ def for_local(request: SubmitRequest, cold_start: bool = False) -> Submission:
         spec=spec,
         # The driver runs on this machine: this interpreter, not whatever `python` is on PATH.
         entrypoint=entrypoint(spec, python=shlex.quote(sys.executable)),
-        runtime_env=_on_cpu(runtime_env(py_modules=SHIPPED, cold_start=cold_start)),
+        runtime_env=_on_cpu(runtime_env(py_modules=SHIPPED)),
         checkpoints=run_location(spec, "checkpoints"),
         run_dir=out_dir / spec.run_name,
     )

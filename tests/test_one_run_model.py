@@ -1,0 +1,111 @@
+"""Every RayJob the stack or the submit command can make comes from the one builder (gke_ray_tpu.core.ray_job)
+and passes KubeRay's own rules (ray_job_problems) and its CRDs.
+
+The paths are enumerated as data (:data:`PATHS`): a run declared in the stack or submitted by the command, on a
+stack that holds its slices or with a cluster of its own, static or elastic, on every slice or fewer. Each path
+is run for real (the stack under the mock engine, the command against the fake Kubernetes API) while the builder
+records what it builds; the RayJob that reaches the engine or the API must be one it built.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from gke_ray_tpu.core import ray_job as builder
+from gke_ray_tpu.core.kuberay import ray_job_problems
+from gke_ray_tpu.stack.mock_engine import load_stack_file, run_offline
+from tests.conftest import REPO_ROOT, with_keys
+from tests.fakes import FakeJobsClient
+from tests.schemas import validate_ray_cluster, validate_ray_job
+from tests.test_stack_dev import RAYJOB
+from tests.test_training_submit import STEPS_LOG, run_cli, write
+# run_dirs (autouse) and kube come with the module that tests the own-cluster path; per_run_outputs too.
+from tests.test_training_submit_run_cluster import kube, per_run_outputs, run_dirs  # noqa: F401
+
+ELASTIC_RUN = [{"name": "elastic-8b", "preset": "llama3-8b-elastic"}]
+PATHS = {
+    # name: (how the RayJob is made, the stack's config changes or the command's flags)
+    "declared-held": ("declared", {}),
+    "declared-held-elastic": ("declared", {"runs": json.dumps(ELASTIC_RUN)}),
+    "declared-own": ("declared", {"capacity": "flex-start"}),
+    "declared-own-elastic": ("declared", {"capacity": "spot", "scaleToZero": "true", "runs": json.dumps(ELASTIC_RUN)}),
+    "submitted-own": ("submitted", []),
+    "submitted-own-one-slice": ("submitted", ["--slices", "1"]),
+    "submitted-own-elastic": ("submitted", ["--elastic", "--backoff-limit", "2"]),
+}
+NO_RAYJOB = {
+    "submitted-held": "a run the command submits to a stack that holds its slices goes to the RayCluster's Jobs "
+                      "API (tests/test_training_submit.py): no RayJob is made",
+}
+"""Paths that make no RayJob, and why (listed so the enumeration above is complete)."""
+
+
+def without_selector(manifest: dict) -> dict:
+    """A declared run's selector names the RayCluster by the resource's output, resolved only by the engine."""
+    return {**manifest, "spec": {k: v for k, v in manifest["spec"].items() if k != "clusterSelector"}}
+
+
+@pytest.fixture
+def built(monkeypatch) -> list[dict]:
+    """Every manifest the builder checks, as it leaves the builder."""
+    seen: list[dict] = []
+    check = builder.ray_job_problems
+
+    def recorded(manifest):
+        seen.append(manifest)
+        return check(manifest)
+
+    monkeypatch.setattr(builder, "ray_job_problems", recorded)
+    return seen
+
+
+def made(path: str, how: str, change, capsys, tmp_path, per_run_outputs, kube) -> list[dict]:  # noqa: F811
+    if how == "declared":
+        config = with_keys(load_stack_file(REPO_ROOT / "Pulumi.dev.yaml"), **change)
+        return [resource.inputs for resource in run_offline(config).of_type(RAYJOB)]
+    fake = kube(FakeJobsClient(log=STEPS_LOG))
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, per_run_outputs), *change, f"run_name={path}")
+    assert rc == 0, err
+    return list(fake.created)
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_every_rayjob_comes_from_the_one_builder_and_passes_kuberays_rules(path, built, capsys, tmp_path,
+                                                                          per_run_outputs, kube):  # noqa: F811
+    how, change = PATHS[path]
+    manifests = made(path, how, change, capsys, tmp_path, per_run_outputs, kube)
+    assert manifests, path
+    for manifest in manifests:
+        assert without_selector(manifest) in map(without_selector, built), f"{path}: a RayJob the builder did not make"
+        validate_ray_job(manifest)  # the vendored KubeRay CRD, unknown fields refused
+        assert ray_job_problems(manifest) == []
+        spec = manifest["spec"]
+        assert spec["submissionMode"] == builder.SUBMISSION_MODE
+        if "rayClusterSpec" not in spec:
+            assert spec["clusterSelector"] == {"ray.io/cluster": "maxtext-tpu-cluster"}, path
+            assert spec["backoffLimit"] == 0 and not spec["shutdownAfterJobFinishes"]
+            continue
+        validate_ray_cluster({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                              "metadata": {"name": "r-abcde", "namespace": "default"}, "spec": spec["rayClusterSpec"]})
+        # The slices the run asked for, in the group's size and in what libtpu is told: never the stack's when fewer.
+        slices = int(change[change.index("--slices") + 1]) if "--slices" in change else 2
+        (group,) = spec["rayClusterSpec"]["workerGroupSpecs"]
+        assert (group["replicas"], group["maxReplicas"]) == (slices, slices) and group["minReplicas"] <= slices
+        for container in group["template"]["spec"]["containers"]:
+            env = {item["name"]: item["value"] for item in container["env"]}
+            assert env[builder.MEGASCALE_NUM_SLICES] == str(slices)
+        # Runs with their own cluster wait for its slices: the cold start's timeouts.
+        env_vars = yaml.safe_load(spec["runtimeEnvYAML"])["env_vars"]
+        assert env_vars["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] == "900"
+    if "elastic" in path:
+        assert all("--min-slices" in m["spec"]["entrypoint"] for m in manifests)
+
+
+def test_no_module_but_the_builder_writes_a_rayjob():
+    """A RayJob is a builder's dict: nothing else in the package spells one out."""
+    writers = [path.relative_to(REPO_ROOT) for path in sorted((REPO_ROOT / "gke_ray_tpu").rglob("*.py"))
+               if '"kind": "RayJob"' in path.read_text()]
+    assert [str(path) for path in writers] == ["gke_ray_tpu/core/ray_job.py"]
