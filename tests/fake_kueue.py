@@ -176,7 +176,8 @@ class FakeKueue:
             message = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
             self._set(workload, "Evicted", True, "DeactivatedDueToRequeuingLimitExceeded", message)
             workload["status"].pop("requeueState", None)
-            self._event("Workload", workload["metadata"]["name"], "Normal", "EvictedDueToDeactivated", message)
+            self._event("Workload", workload["metadata"]["name"], "Normal",
+                        "EvictedDueToDeactivatedDueToRequeuingLimitExceeded", message)
         else:
             message = f"Exceeded the PodsReady timeout {workload['metadata']['namespace']}/{workload['metadata']['name']}"
             requeue["count"] = count + 1

@@ -168,3 +168,22 @@ def test_the_webhook_refuses_a_queued_run_that_keeps_its_cluster():
 
 def kueue_condition(fake: FakeKueue, name: str, kind: str) -> dict:
     return next(c for c in fake.workload_of(name)["status"]["conditions"] if c["type"] == kind)
+
+
+def test_while_an_evicted_run_backs_off_the_run_behind_it_takes_the_chips_and_the_requeued_run_waits_for_them():
+    kube = FakeKubeRay(FakeJobsClient(final="RUNNING"), slices_that_come=1)
+    fake = queue(kube, timeout_s=600, backoff_base_s=120)
+    submit(fake, "big")  # 2 slices: its second never comes
+    submit(fake, "small", slices=1)
+    for _ in range(12):  # 06:01 to 06:12: big is admitted, holds every chip, times out at 06:11 and releases them
+        read(fake, "big")
+    read(fake, "small")
+    assert kube.ray_jobs["small"]["spec"]["suspend"] is False
+    assert fake.evictions == [fake.workload_of("big")["metadata"]["name"]]
+    for _ in range(6):
+        read(fake, "small")
+    assert kube.ray_jobs["small"]["status"]["jobDeploymentStatus"] == "Running"
+    assert line(fake, "big") == (
+        "evicted for slow slices (its pods were not all ready in time); requeued (requeue 1), queued in "
+        "maxtext-tpu-cluster: couldn't assign flavors to pod set tpu-group: insufficient unused quota for "
+        f"google.com/tpu in flavor {NAMES.tpu_flavor}, 16 more needed")

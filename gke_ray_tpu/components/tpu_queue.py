@@ -65,11 +65,13 @@ def check_args(args: TpuQueueArgs, prefix: str = "TpuQueueArgs.") -> RayClusterS
     if not args.get("install_kueue", True):
         for key in _INSTALL_ONLY:
             if key in args:
-                raise ConfigError(f"{prefix}{key}", args[key], "unset: an existing Kueue keeps its own settings "  # type: ignore[literal-required]
-                                                               "(install_kueue is false)")
+                value = args[key]  # type: ignore[literal-required]
+                raise ConfigError(f"{prefix}{key}", value, "unset: an existing Kueue keeps its own settings "
+                                                           "(install_kueue is false)")
     wait_settings(args, prefix)
-    if args.get("queueing_strategy", kueue.STRICT_FIFO) not in kueue.QUEUEING_STRATEGIES:
-        raise ConfigError(f"{prefix}queueing_strategy", args["queueing_strategy"], " or ".join(kueue.QUEUEING_STRATEGIES))
+    strategy = args.get("queueing_strategy", kueue.STRICT_FIFO)
+    if strategy not in kueue.QUEUEING_STRATEGIES:
+        raise ConfigError(f"{prefix}queueing_strategy", strategy, " or ".join(kueue.QUEUEING_STRATEGIES))
     sharing(args, prefix)
     if args.get("queued_provisioning") and (spec.capacity != "flex-start" or spec.num_slices != 1):
         raise ConfigError(f"{prefix}queued_provisioning", True,
@@ -99,7 +101,8 @@ def sharing(args: TpuQueueArgs, prefix: str = "TpuQueueArgs.") -> Optional[kueue
     if "cohort" not in args:
         for key in ("borrowing_limit", "lending_limit"):
             if key in args:
-                raise ConfigError(f"{prefix}{key}", args[key], "unset: it applies within a cohort (set cohort)")  # type: ignore[literal-required]
+                value = args[key]  # type: ignore[literal-required]
+                raise ConfigError(f"{prefix}{key}", value, "unset: it applies within a cohort (set cohort)")
         return None
     limits = {key: integer(args[key], 0, None, f"{prefix}{key}")  # type: ignore[literal-required]
               for key in ("borrowing_limit", "lending_limit") if key in args}
