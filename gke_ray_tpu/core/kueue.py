@@ -266,7 +266,8 @@ def manager_config(wait: WaitSettings, dcn_nics: bool) -> dict:
     """Kueue's Configuration for the Helm chart's ``managerConfig.controllerManagerConfigYaml``.
 
     The chart renders that YAML as the whole configuration (``templates/manager/manager-config.yaml`` adds
-    only ``internalCertManagement``), so the chart default's own settings are repeated here."""
+    only ``internalCertManagement``), so the settings of the chart's default (``charts/kueue/values.yaml``) are
+    repeated here, less its integrations: the stack's Kueue runs the Ray ones only."""
     config: dict = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -274,6 +275,10 @@ def manager_config(wait: WaitSettings, dcn_nics: bool) -> dict:
         "metrics": {"bindAddress": ":8443"},
         "webhook": {"port": 9443},
         "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "controller": {"groupKindConcurrency": {
+            "Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 10, "LocalQueue.kueue.x-k8s.io": 5,
+            "ClusterQueue.kueue.x-k8s.io": 5, "ResourceFlavor.kueue.x-k8s.io": 1}},
+        "clientConnection": {"qps": 300, "burst": 500},
         "waitForPodsReady": {
             "timeout": f"{wait.timeout_s}s",
             "blockAdmission": False,
