@@ -155,6 +155,10 @@ class FakeJobsClient:
             self.jobs[sid] = self.final
 
 
+REPLICA_INDEX_LABEL = "ray.io/worker-group-replica-index"
+"""The slice (replica) a multi-host worker pod belongs to, as KubeRay >= 1.6 labels it."""
+
+
 class FakeKubeRay:
     """The Kubernetes API of a cluster with KubeRay and GKE's cluster autoscaler, for runs that bring their own
     RayCluster: ``core`` (CoreV1Api: pods, events, services, port-forward) and ``custom`` (CustomObjectsApi: RayJobs).
@@ -166,19 +170,30 @@ class FakeKubeRay:
     ``shutdownAfterJobFinishes`` asks, the RayCluster and its pods are deleted. ``slices_never_come``: the worker pods
     stay pending, the scheduler and the cluster autoscaler say why, and after ``deadline_reads`` reads KubeRay ends
     the RayJob if it set ``preRunningDeadlineSeconds``. A failed job is retried on a new cluster while the RayJob's
-    ``backoffLimit`` allows.
+    ``backoffLimit`` allows. ``slices_that_come``: only that many slices' worker pods come up (the head does), the
+    others stay pending as with ``slices_never_come``.
+
+    A RayJob with ``spec.suspend`` (Kueue's, until it admits the run) is held as KubeRay holds it
+    (``rayjob_controller.go``): no cluster while ``Suspended``; suspending one that is ``Initializing`` or
+    ``Running`` deletes its cluster and clears its cluster and job status; unsuspended, it starts again from
+    ``New``, with a new cluster. Once every pod is ready the RayJob's ``rayClusterStatus.state`` is ``ready``
+    (what Kueue reads as the run's pods being ready).
     """
 
     CREATED = "2026-12-04T06:00:00Z"
 
-    def __init__(self, jobs: FakeJobsClient, *, slices_never_come: bool = False, deadline_reads: int = 6):
+    def __init__(self, jobs: FakeJobsClient, *, slices_never_come: bool = False, deadline_reads: int = 6,
+                 slices_that_come: int | None = None):
         self.jobs = jobs
         self.slices_never_come = slices_never_come
+        self.slices_that_come = slices_that_come
         self.deadline_reads = deadline_reads
         self.ray_jobs: dict[str, dict] = {}
         self.created: list[dict] = []
         """Every RayJob as it was created."""
         self.waits: dict[str, int] = {}
+        self.admissions: dict[str, int] = {}
+        """Times each RayJob was unsuspended after a suspension."""
         self.pods: dict[str, k8s.V1Pod] = {}
         self.events: list[k8s.CoreV1Event] = []
         self.clusters: set[str] = set()
@@ -194,15 +209,18 @@ class FakeKubeRay:
         state = status.get("jobDeploymentStatus")
         if state in ("Complete", "Failed"):
             return
+        if self._suspended(job):
+            return
         if state in (None, "", "Retrying"):
-            cluster = f"{name}-x7k2p{status.get('failed') or ''}"
+            cluster = f"{name}-x7k2p{status.get('failed') or ''}{self.admissions.get(name) or ''}"
             status.update(jobDeploymentStatus="Initializing", rayClusterName=cluster, startTime=self.CREATED,
                           jobId=spec["jobId"])
             self.clusters.add(cluster)
             self._pod(cluster, f"{cluster}-head", "head")
             for group in spec["rayClusterSpec"]["workerGroupSpecs"]:
                 for host in range(group["replicas"] * group["numOfHosts"]):
-                    self._pod(cluster, f"{cluster}-{group['groupName']}-worker-{host}", "worker")
+                    self._pod(cluster, f"{cluster}-{group['groupName']}-worker-{host}", "worker",
+                              replica=host // group["numOfHosts"])
             return
         cluster = status["rayClusterName"]
         if state == "Initializing":
@@ -210,26 +228,28 @@ class FakeKubeRay:
             pending = [p for p in self._pods_of(cluster) if p.status.phase == "Pending"]
             if self.slices_never_come:
                 self._unschedulable(cluster)
-                if self.waits[name] >= self.deadline_reads and spec.get("preRunningDeadlineSeconds"):
-                    status.update(jobDeploymentStatus="Failed", reason="PreRunningDeadlineExceeded",
-                                  message=f"the RayJob did not reach Running within "
-                                          f"{spec['preRunningDeadlineSeconds']} seconds", endTime=self.CREATED)
-                    self._delete_cluster(job)
+                self._check_pre_running_deadline(job)
                 return
-            if pending:
-                _run(sorted(pending, key=lambda p: (p.metadata.labels["ray.io/node-type"] != "head",
-                                                    p.metadata.name))[0])
+            coming = [p for p in pending if self._comes(p)]
+            if coming:
+                _run(sorted(coming, key=lambda p: (p.metadata.labels["ray.io/node-type"] != "head",
+                                                   p.metadata.name))[0])
+                return
+            if pending:  # the slices that come are up; the others never will
+                self._unschedulable(cluster)
+                self._check_pre_running_deadline(job)
                 return
             # Every pod is ready: KubeRay posts the job (HTTPMode).
             self.jobs.jobs[spec["jobId"]] = "RUNNING"
             self.jobs.submitted.append(dict(submission_id=spec["jobId"], entrypoint=spec["entrypoint"],
                                             runtime_env_yaml=spec["runtimeEnvYAML"], cluster=cluster))
-            status.update(jobDeploymentStatus="Running", jobStatus="RUNNING")
+            status.update(jobDeploymentStatus="Running", jobStatus="RUNNING", rayClusterStatus={"state": "ready"})
             return
         ray_status = self.jobs.jobs.get(spec["jobId"], "RUNNING")
         if ray_status == "FAILED" and (status.get("failed") or 0) < spec.get("backoffLimit", 0):
             # A retry: a new cluster, whose Jobs API has not seen the job yet.
-            status.update(jobDeploymentStatus="Retrying", jobStatus="FAILED", failed=(status.get("failed") or 0) + 1)
+            status.update(jobDeploymentStatus="Retrying", jobStatus="FAILED", failed=(status.get("failed") or 0) + 1,
+                          rayClusterStatus={})
             self._delete_cluster(job, retrying=True)
             del self.jobs.jobs[spec["jobId"]]
             return
@@ -239,6 +259,37 @@ class FakeKubeRay:
                           reason="" if ray_status == "SUCCEEDED" else "AppFailed")
             self._delete_cluster(job)
 
+    def _check_pre_running_deadline(self, job: dict) -> None:
+        spec, status = job["spec"], job["status"]
+        if self.waits[job["metadata"]["name"]] >= self.deadline_reads and spec.get("preRunningDeadlineSeconds"):
+            status.update(jobDeploymentStatus="Failed", reason="PreRunningDeadlineExceeded",
+                          message=f"the RayJob did not reach Running within "
+                                  f"{spec['preRunningDeadlineSeconds']} seconds", endTime=self.CREATED)
+            self._delete_cluster(job)
+
+    def _comes(self, pod: k8s.V1Pod) -> bool:
+        labels = pod.metadata.labels
+        if labels["ray.io/node-type"] == "head" or self.slices_that_come is None:
+            return True
+        return int(labels[REPLICA_INDEX_LABEL]) < self.slices_that_come
+
+    def _suspended(self, job: dict) -> bool:
+        """KubeRay's handling of ``spec.suspend``; True while the RayJob stays suspended."""
+        spec, status = job["spec"], job["status"]
+        state = status.get("jobDeploymentStatus")
+        if not spec.get("suspend"):
+            if state == "Suspended":  # unsuspended: New again, and a new cluster (KubeRay names it anew)
+                status.update(jobDeploymentStatus="")
+                self.admissions[job["metadata"]["name"]] = self.admissions.get(job["metadata"]["name"], 0) + 1
+            return False
+        if state in ("Initializing", "Running"):
+            self._delete_cluster(job, retrying=True)
+        if state != "Suspended":
+            status.update(jobDeploymentStatus="Suspended", jobStatus="", rayClusterName="", jobId="",
+                          rayClusterStatus={}, message="", reason="")
+            self.waits.pop(job["metadata"]["name"], None)
+        return True
+
     def _delete_cluster(self, job: dict, retrying: bool = False) -> None:
         if retrying or job["spec"].get("shutdownAfterJobFinishes"):
             cluster = job["status"]["rayClusterName"]
@@ -246,9 +297,12 @@ class FakeKubeRay:
             for pod_name in [n for n, p in self.pods.items() if p.metadata.labels["ray.io/cluster"] == cluster]:
                 del self.pods[pod_name]
 
-    def _pod(self, cluster: str, name: str, node_type: str) -> None:
+    def _pod(self, cluster: str, name: str, node_type: str, replica: int | None = None) -> None:
+        labels = {"ray.io/cluster": cluster, "ray.io/node-type": node_type}
+        if replica is not None:
+            labels[REPLICA_INDEX_LABEL] = str(replica)
         self.pods[name] = k8s.V1Pod(
-            metadata=k8s.V1ObjectMeta(name=name, labels={"ray.io/cluster": cluster, "ray.io/node-type": node_type}),
+            metadata=k8s.V1ObjectMeta(name=name, labels=labels),
             spec=k8s.V1PodSpec(containers=[k8s.V1Container(
                 name="ray-head", ports=[k8s.V1ContainerPort(container_port=8265, name="dashboard")])]),
             status=k8s.V1PodStatus(phase="Pending", conditions=[k8s.V1PodCondition(type="Ready", status="False")]),
@@ -258,7 +312,8 @@ class FakeKubeRay:
         return [p for p in self.pods.values() if p.metadata.labels["ray.io/cluster"] == cluster]
 
     def _unschedulable(self, cluster: str) -> None:
-        first = sorted(p.metadata.name for p in self._pods_of(cluster) if "worker" in p.metadata.name)[0]
+        first = sorted(p.metadata.name for p in self._pods_of(cluster)
+                       if "worker" in p.metadata.name and p.status.phase == "Pending")[0]
         said = {
             "FailedScheduling": "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. "
                                 "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.",

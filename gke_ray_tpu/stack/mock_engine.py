@@ -196,7 +196,8 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
                     urn=response.urn,
                     type=request.type,
                     name=request.name,
-                    inputs=rpc.deserialize_properties(request.object) if request.custom else {},
+                    # A provider-side component (helm.v4.Chart) is registered with its inputs, like a resource's.
+                    inputs=rpc.deserialize_properties(request.object) if request.custom or request.remote else {},
                     custom=bool(request.custom),
                     parent=request.parent,
                     dependencies=list(request.dependencies),
