@@ -18,8 +18,10 @@ from gke_ray_tpu.components.maxtext_run import MaxTextRun
 from gke_ray_tpu.components.ray_manifests import DASHBOARD_PORT
 from gke_ray_tpu.components.ray_tpu_cluster import RayTpuCluster, served_kuberay
 from gke_ray_tpu.components.tpu_slice_node_pool import TpuSliceNodePool, TpuSliceNodePoolArgs
+from gke_ray_tpu.components.worker_image import WorkerImage, WorkerImageArgs, check_build_daemon
 from gke_ray_tpu.core.job_spec import bucket_url
 from gke_ray_tpu.stack.component_keys import config_keys
+from gke_ray_tpu.stack.cold_start import check_cold_start
 from gke_ray_tpu.stack.config import config_key, parse_stack_config, raw_pulumi_config
 from gke_ray_tpu.stack.preflight import check_declared_runs, check_idle_cost, check_planned_run, check_ray_image, check_recreated_slices
 
@@ -36,6 +38,13 @@ pulumi.StackReference(f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulu
 )
 # A moving image tag runs unreviewed code with the bucket's rights at every Ray pod start.
 check_ray_image(cfg, warn=pulumi.log.warn)
+# What a run's TPU hosts pull and install before the first step, with or without the stack's image.
+check_cold_start(cfg, info=pulumi.log.info)
+if cfg.build_image:
+    # The image is built where `pulumi up` runs: without a daemon there, stop before anything is registered.
+    check_build_daemon(
+        f"or set {config_key('build_image')} false (the TPU workers then install the lock at every start; docs/image.md)"
+    )
 shape = cfg.shape
 cidrs = cfg.dcn_cidrs_or_default
 
@@ -58,6 +67,7 @@ with config_keys(cfg):
             ray_cluster_monitoring=cfg.ray_cluster_monitoring,
             dranet=bool(cidrs),
             existing=bool(cfg.existing_cluster_name),
+            image_streaming=cfg.image_streaming,
         ),
     )
     in_cluster = pulumi.ResourceOptions(providers=[cluster.provider])
@@ -84,6 +94,7 @@ with config_keys(cfg):
                     additional_networks=dcn.attachments if dcn else [],
                     capacity=cfg.capacity,
                     scale_to_zero=cfg.scale_to_zero_or_default,
+                    image_streaming=cfg.image_streaming,
                     **({"reservation": cfg.reservation} if cfg.reservation else {}),
                     **({"max_run_duration_s": cfg.max_run_duration} if cfg.max_run_duration else {}),
                 ),
@@ -113,6 +124,22 @@ with config_keys(cfg):
         opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=namespace_ready),
     )
 
+    # The TPU workers' image: rayImage with the lock installed, in Artifact Registry (streamed to the nodes), run by
+    # digest. The nodes pull it as the project's default compute service account, which the node pools run as.
+    image = WorkerImage(
+        "worker-image",
+        WorkerImageArgs(
+            project=cfg.project,
+            location=cfg.region,
+            repository=cfg.image_repository,
+            existing_repository=bool(cfg.existing_image_repository),
+            base_image=cfg.ray_image,
+            readers=[pulumi.Output.from_input(project_number).apply(
+                lambda number: f"serviceAccount:{number}-compute@developer.gserviceaccount.com"
+            )],
+        ),
+    ) if cfg.build_image else None
+
     # The pods run as the identity's service account and mount its bucket: RayTpuCluster waits for both through them.
     # The node pools are no input of it (Autopilot has none), so it waits for them explicitly.
     # An existing cluster's KubeRay may be too old to keep token auth: read its CRD now, at preview too.
@@ -121,7 +148,7 @@ with config_keys(cfg):
                        pulumi.ResourceOptions(provider=cluster.provider))
     ] if cfg.existing_cluster_name else []
     ray = RayTpuCluster(
-        "ray", cfg.ray_cluster_args(storage),
+        "ray", cfg.ray_cluster_args(storage, image),
         opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=slices + served),
     )
 
@@ -142,6 +169,8 @@ pulumi.export("checkpointDir", storage.bucket_name.apply(bucket_url))
 pulumi.export("rayClusterName", ray.ray_cluster_name)
 pulumi.export("rayHeadService", ray.head_service)
 pulumi.export("rayDashboardPort", DASHBOARD_PORT)
+# The Ray pods' image: the stack's by digest (null when it runs rayImage as it is).
+pulumi.export("workerImage", image.ref if image else None)
 pulumi.export("tpuGeneration", shape.generation.name)
 pulumi.export("acceleratorType", shape.generation.ray_accelerator_type)
 pulumi.export("topology", shape.topology)

@@ -217,3 +217,30 @@ def test_install_py_refuses_a_wheel_whose_sha256_is_not_the_locks(venv, wheels, 
     assert result.returncode != 0
     assert "THESE PACKAGES DO NOT MATCH THE HASHES" in result.stderr
     assert "tpu_dep_a" not in versions_in(venv)
+
+
+@pytest.fixture()
+def other_lock(tmp_path, monkeypatch):
+    """The lock with libtpu moved to 0.0.52 (the pods would run another compiler than this venv's)."""
+    text = worker_env.LOCK_FILE.read_text()
+    moved = text.replace('name = "libtpu"\nversion = "0.0.50.1"', 'name = "libtpu"\nversion = "0.0.52"')
+    assert moved != text
+    (tmp_path / "pylock.toml").write_text(moved)
+    monkeypatch.setattr(worker_env, "LOCK_FILE", tmp_path / "pylock.toml")
+    worker_env.packages.cache_clear()
+    yield
+    worker_env.packages.cache_clear()
+
+
+def test_the_compile_check_compiles_with_the_locks_compiler_or_not_at_all(other_lock):
+    from gke_ray_tpu.stack.xla_check import CompileCheckError, versions
+
+    with pytest.raises(CompileCheckError, match=r"libtpu 0\.0\.50\.1 \(the pods' lock: 0\.0\.52\)"):
+        versions()
+
+
+def test_the_compile_checks_verdict_names_the_locks_compiler():
+    from gke_ray_tpu.stack.xla_check import versions
+
+    assert versions() == {name: metadata.version(name) for name in ("maxtext", "libtpu", "jax", "jaxlib")}
+    assert versions()["libtpu"] == worker_env.locked_versions(["libtpu"])["libtpu"] == "0.0.50.1"

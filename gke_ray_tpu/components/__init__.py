@@ -1,7 +1,7 @@
 """Reusable Pulumi components for multislice Ray Train on GKE TPUs.
 
 ``from gke_ray_tpu.components import DcnNetworks, GkeRayCluster, TpuSliceNodePool,
-GcsWorkloadIdentity, RayTpuCluster, MaxTextRun`` gives another Python stack the
+GcsWorkloadIdentity, RayTpuCluster, MaxTextRun, WorkerImage`` gives another Python stack the
 building blocks;
 ``provider/`` hosts the same classes as a Pulumi package for any language. Each
 component takes what it builds on as input (a cluster resource, a Kubernetes
@@ -25,6 +25,8 @@ _EXPORTS = {
     "RayTpuClusterArgs": "gke_ray_tpu.components.ray_tpu_cluster",
     "MaxTextRun": "gke_ray_tpu.components.maxtext_run",
     "MaxTextRunArgs": "gke_ray_tpu.components.maxtext_run",
+    "WorkerImage": "gke_ray_tpu.components.worker_image",
+    "WorkerImageArgs": "gke_ray_tpu.components.worker_image",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -50,6 +50,8 @@ def component_keys(cfg: StackConfig) -> dict[str, str]:
         "RayTpuClusterArgs.megascale_port": key("megascale_port"),
         "RayTpuClusterArgs.capacity": key("capacity"),
         "RayTpuClusterArgs.scale_to_zero": key("scale_to_zero"),
+        "WorkerImageArgs.repository": key("existing_image_repository" if cfg.existing_image_repository else "cluster_name"),
+        "WorkerImageArgs.base_image": key("ray_image"),
         **{f"MaxTextRunArgs.{field}": key("runs") for field in MaxTextRunArgs.__annotations__},
     }
 

@@ -29,6 +29,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from gke_ray_tpu.components import dcn_networks, gcs_workload_identity, gke_cluster, ray_manifests, ray_tpu_cluster, tpu_slice_node_pool
+from gke_ray_tpu.components import worker_image
 from gke_ray_tpu.components.gcs_workload_identity import GcsWorkloadIdentityRef
 from gke_ray_tpu.components.maxtext_run import MaxTextRunArgs, build_run_job
 from gke_ray_tpu.components.ray_manifests import RayClusterSpec
@@ -343,7 +344,27 @@ class StackConfig(BaseModel):
     ray_image: Annotated[str, _rule(ray_tpu_cluster.check_image)] = Field(
         ray_tpu_cluster.DEFAULT_IMAGE,
         alias="gke-ray-tpu:rayImage",
-        description="Ray's release image of the driver's Ray, pulled once per node (docs/security.md: why not the tutorial's TPU nightly); a moving tag (`nightly`, `latest`) is pulled on every start and gets a preview warning",
+        description="Ray's release image of the driver's Ray (docs/security.md: why not the tutorial's TPU nightly): the base of the workers' image, or with `buildImage` false the Ray pods' image, pulled once per node; a moving tag (`nightly`, `latest`) is pulled on every start and gets a preview warning",
+    )
+    build_image: Flag = Field(
+        worker_image.BUILT_BY_DEFAULT,
+        alias="gke-ray-tpu:buildImage",
+        description="`pulumi up` builds the TPU workers' image (`rayImage` with the workers' lock installed; needs a "
+        "Docker daemon where it runs), pushes it to Artifact Registry and runs every Ray pod on it by digest, so the "
+        "TPU hosts install nothing at start; false: the pods run `rayImage` and the TPU workers install what it lacks "
+        "of the lock at every start (docs/image.md)",
+    )
+    existing_image_repository: Annotated[Optional[str], _rule(worker_image.check_repository)] = Field(
+        None,
+        alias="gke-ray-tpu:existingImageRepository",
+        description="an Artifact Registry Docker repository in `gcp:region` to push the image to (unset: the stack "
+        "creates `<clusterName>-images` and lets the nodes' service account read it)",
+    )
+    image_streaming: Flag = Field(
+        gke_cluster.DEFAULT_IMAGE_STREAMING,
+        alias="gke-ray-tpu:imageStreaming",
+        description="GKE image streaming on the stack's node pools (Standard; Autopilot streams anyway): an image in "
+        "Artifact Registry starts before it is pulled whole; needs the Container File System API enabled",
     )
     megascale_port: Annotated[int, Field(ge=1024, le=65535), _rule(ray_tpu_cluster.check_megascale_port)] = Field(
         ray_tpu_cluster.DEFAULT_MEGASCALE_PORT, alias="gke-ray-tpu:megascalePort", description="`MEGASCALE_PORT` of the TPU workers"
@@ -418,6 +439,11 @@ class StackConfig(BaseModel):
         gcs_workload_identity.check_subject(self.namespace, self.ksa_name, config_key("ksa_name"))
         name_rule = naming.RAY_TPU_CLUSTER_NAME if shape.multi_host else naming.RAY_CLUSTER_NAME
         name_rule.check(self.ray_cluster_name, config_key("ray_cluster_name"))
+        if self.existing_image_repository and not self.build_image:
+            raise ConfigError(
+                config_key("existing_image_repository"), self.existing_image_repository,
+                f"unset: nothing is pushed while {config_key('build_image')} is false",
+            )
         for index, _ in enumerate(self.runs):
             self.declared_job(index)
         return self
@@ -453,8 +479,9 @@ class StackConfig(BaseModel):
     def scale_to_zero_or_default(self) -> bool:
         return capacity_rules.scale_to_zero_for(self.capacity, self.scale_to_zero)
 
-    def ray_cluster_args(self, workload_identity: GcsWorkloadIdentityRef) -> RayTpuClusterArgs:
-        """The stack's RayTpuCluster, on ``workload_identity`` (the GcsWorkloadIdentity, or its fields)."""
+    def ray_cluster_args(self, workload_identity: GcsWorkloadIdentityRef, image: Any = None) -> RayTpuClusterArgs:
+        """The stack's RayTpuCluster, on ``workload_identity`` (the GcsWorkloadIdentity, or its fields), its pods
+        on ``image`` (the stack's WorkerImage; None: ``rayImage``)."""
         return RayTpuClusterArgs(
             workload_identity=workload_identity,
             ray_cluster_name=self.ray_cluster_name,
@@ -462,7 +489,7 @@ class StackConfig(BaseModel):
             topology=self.tpu_topology,
             num_slices=self.num_slices,
             dcn_interfaces=len(self.dcn_cidrs_or_default),
-            image=self.ray_image,
+            image=self.ray_image if image is None else image,
             megascale_port=self.megascale_port,
             capacity=self.capacity,
             scale_to_zero=self.scale_to_zero_or_default,
@@ -500,6 +527,11 @@ class StackConfig(BaseModel):
             mine = [part for part in re.split(r"[*,]", error.key) if part in run.overrides]
             where = f"{at}.overrides.{error.key}" if mine else f"{at} ({error.key} of preset {run.preset})"
             raise error.renamed(where) from None
+
+    @property
+    def image_repository(self) -> str:
+        """The Artifact Registry repository the workers' image goes to: the existing one, or the one the stack creates."""
+        return self.existing_image_repository or f"{self.cluster_name}-images"
 
     @property
     def compute_class_name(self) -> Optional[str]:

@@ -29,6 +29,7 @@ from gke_ray_tpu.core import REPO_ROOT
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.job_spec import parse_overrides
 from gke_ray_tpu.core.maxtext import check_settings, render
+from gke_ray_tpu.stack.cold_start import check_cold_start
 from gke_ray_tpu.stack.config import config_key, parse_stack_config
 from gke_ray_tpu.stack.mock_engine import load_stack_file, run_offline
 from gke_ray_tpu.stack.preflight import PreflightReport, check_idle_cost, check_ray_image, planned_job, planned_run, preflight
@@ -144,6 +145,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         costs: list[str] = []
         check_idle_cost(cfg, info=costs.append, warn=lambda message: costs.append(f"warning: {message}"))
         check_ray_image(cfg, warn=lambda message: costs.append(f"warning: {message}"))
+        check_cold_start(cfg, info=costs.append)
         sections.append("\n".join(costs))
     print("\n\n".join(sections))
     return status
