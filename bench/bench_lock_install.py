@@ -9,9 +9,9 @@ takes on disk, beside the stack's image, where a TPU host installs nothing at st
 ``--checks`` then runs, in that environment, what issue 33 asks to be shown: the local run of the trainer
 (the tiny preset, ``python -m gke_ray_tpu.training.submit --local`` on the environment's Python) and the
 compile check's child for the tutorial's 8B on the dev stack's slices under the pods' flags, beside the
-verdict of the project's own environment (the cached one, if there is one).
+compile check's verdict in the project's own environment.
 
-    .venv/bin/python bench/bench_lock_install.py [--keep DIR] [--checks]
+    .venv/bin/python bench/bench_lock_install.py [--keep DIR [--installed]] [--checks]
 
 Needs PyPI and about 4 GB of disk; minutes.
 """
@@ -60,8 +60,9 @@ def local_run(python: Path) -> str:
     return f"exit {result.returncode}: " + " | ".join(tail)
 
 
-def compile_8b(python: Path) -> tuple[dict, dict | None]:
-    """XLA's verdict for the dev stack's 8B run on the lock's Python, and the project environment's cached one."""
+def compile_8b(python: Path) -> tuple[dict, dict]:
+    """XLA's verdict for the dev stack's 8B run on the lock's Python, and the project environment's (cached, or
+    compiled now by the compile check itself)."""
     from gke_ray_tpu.stack import xla_check
     from gke_ray_tpu.stack.config import parse_stack_config
     from gke_ray_tpu.stack.mock_engine import load_stack_file
@@ -69,8 +70,7 @@ def compile_8b(python: Path) -> tuple[dict, dict | None]:
 
     cfg = parse_stack_config(load_stack_file(REPO / "Pulumi.dev.yaml"))
     request = xla_check.request_for_job(planned_job(cfg, "llama3-8b", {}), xla_check.pod_flags(cfg.planned_cluster_spec))
-    cached = xla_check.cache_dir() / f"{request.digest()}.json"
-    project = json.loads(cached.read_text())["outcome"] if cached.is_file() else None
+    project = xla_check.compile_check(request).outcome
     with tempfile.TemporaryDirectory() as scratch:
         ask, answer = Path(scratch, "request.json"), Path(scratch, "result.json")
         ask.write_text(json.dumps({"maxtext_argv": list(request.maxtext_argv),
@@ -81,24 +81,13 @@ def compile_8b(python: Path) -> tuple[dict, dict | None]:
         return json.loads(answer.read_text()), project
 
 
-def verdict(outcome: dict | None) -> str:
-    if outcome is None:
-        return "none cached (run the compile check in the project's environment first)"
+def verdict(outcome: dict) -> str:
     if outcome["status"] == "compiled":
         return f"compiled, peak {outcome['peak_bytes'] / 2**30:.2f} GiB of {outcome['hbm_limit_gib']:.2f} GiB"
     return f"{outcome['status']}: {outcome.get('message', '')[:200]}"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--keep", type=Path, help="install into DIR/venv and keep it (default: a temporary directory)")
-    parser.add_argument("--checks", action="store_true", help="then run the local run and the 8B compile in it")
-    args = parser.parse_args()
-    root = Path(args.keep or tempfile.mkdtemp(prefix="bench-lock-"))
-    venv = root / "venv"
-    if venv.exists():
-        shutil.rmtree(venv)
-    figures = install(venv)
+def report(figures: dict) -> None:
     rate = figures["downloaded"] / figures["seconds"]
     print(f"the lock ({figures['packages']} wheels) from an empty cache into a fresh Python 3.12: "
           f"{figures['seconds']:.0f} s, {figures['downloaded'] / GB:.2f} GB downloaded "
@@ -107,12 +96,25 @@ def main() -> int:
           f"ratio install/image: {figures['seconds']:.0f} s : 0 s per host and run start "
           "(the image's bytes are pulled instead: see the preview's cold-start lines)")
     print(json.dumps({key: round(value, 1) for key, value in figures.items()}))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keep", type=Path, help="install into DIR/venv and keep it (default: a temporary directory)")
+    parser.add_argument("--checks", action="store_true", help="then run the local run and the 8B compile in it")
+    parser.add_argument("--installed", action="store_true", help="with --keep: DIR/venv has the lock already, run only the checks")
+    args = parser.parse_args()
+    root = Path(args.keep or tempfile.mkdtemp(prefix="bench-lock-"))
+    venv = root / "venv"
+    if not args.installed:
+        shutil.rmtree(venv, ignore_errors=True)
+        report(install(venv))
     if args.checks:
         python = venv / "bin" / "python"
         print("local run on the lock's Python:", local_run(python))
         lock, project = compile_8b(python)
         print("compile check, llama3-8b on 2 x v6e-16, the lock's Python:      ", verdict(lock))
-        print("compile check, llama3-8b on 2 x v6e-16, the project's (cached): ", verdict(project))
+        print("compile check, llama3-8b on 2 x v6e-16, the project's:          ", verdict(project))
     if not args.keep:
         shutil.rmtree(root)
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from packaging.tags import compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from gke_ray_tpu.core import worker_env
+from gke_ray_tpu.core.worker_env.install import read_lock
 from gke_ray_tpu.training.worker import trainer
 from tests.conftest import REPO_ROOT
 
@@ -185,8 +187,6 @@ def run_install(python: Path, lock: Path, wheels: Path) -> subprocess.CompletedP
 
 def versions_in(python: Path) -> dict[str, str]:
     script = "import importlib.metadata as m, json; print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
-    import json
-
     return json.loads(subprocess.run([str(python), "-c", script], capture_output=True, text=True, check=True).stdout)
 
 
@@ -244,3 +244,35 @@ def test_the_compile_checks_verdict_names_the_locks_compiler():
 
     assert versions() == {name: metadata.version(name) for name in ("maxtext", "libtpu", "jax", "jaxlib")}
     assert versions()["libtpu"] == worker_env.locked_versions(["libtpu"])["libtpu"] == "0.0.50.1"
+
+
+RAY_UV_SCRIPT = """
+import json, sys
+import ray
+env = json.loads(sys.argv[1])
+ray.init(num_cpus=1, include_dashboard=False)
+
+@ray.remote(runtime_env=env)
+def versions():
+    import importlib.metadata as m
+    import tpu_dep_a
+    return [tpu_dep_a.VERSION, m.version("tpu_dep_a"), m.version("jax")]
+
+print(json.dumps(ray.get(versions.remote(), timeout=300)))
+"""
+
+
+def test_rays_uv_runtime_env_installs_the_missing_part_of_a_lock_with_the_trainers_options(wheels, tmp_path, monkeypatch):
+    """The trainer's runtime env as Ray 2.60's uv plugin runs it: a virtualenv over this Python, the lock's lines
+    with their hashes, --no-deps --require-hashes --only-binary :all:. The workers see the installed wheel and this
+    Python's own packages. Without ``uv_version``: Ray would pip-install that uv from PyPI; this venv has the same
+    uv (requirements-dev.txt), which Ray then uses."""
+    lock = write_lock(tmp_path / "pylock.toml", [wheels / "tpu_dep_a-1.0-py3-none-any.whl"])
+    monkeypatch.setattr(trainer, "packages", lambda: tuple(read_lock(lock)))
+    env = trainer.tpu_worker_env(worker_env.installed_here())
+    assert env["uv"].pop("uv_version") == f"=={worker_env.UV_VERSION}"
+    env["env_vars"] = {**env["env_vars"], "UV_NO_INDEX": "1", "UV_FIND_LINKS": str(wheels)}
+    result = subprocess.run([sys.executable, "-c", RAY_UV_SCRIPT, json.dumps(env)], capture_output=True, text=True,
+                            timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == ["1.0", "1.0", metadata.version("jax")]

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from pathlib import Path
+from importlib import resources
 from typing import Iterable, Mapping
 
-from gke_ray_tpu.core.worker_env.install import installed_here, missing, normalized, read_lock, requirement_line
+from gke_ray_tpu.core.worker_env.install import installed_here, missing, normalized, parse_lock, requirement_line
 
 __all__ = [
     "CONTEXT_DIR", "DOCKERFILE", "LOCK_FILE", "KEY_PACKAGES", "COMPILER_PACKAGES", "UV_VERSION",
@@ -25,7 +25,9 @@ __all__ = [
     "requirement_line",
 ]
 
-CONTEXT_DIR = Path(__file__).parent
+CONTEXT_DIR = resources.files(__name__)
+"""This directory: a ``pathlib.Path`` where the package is a directory (the image's build context), a zip's path
+inside a declared run's code archive, where the trainer reads the lock."""
 LOCK_FILE = CONTEXT_DIR / "pylock.toml"
 DOCKERFILE = CONTEXT_DIR / "Dockerfile"
 
@@ -42,7 +44,7 @@ without the stack's image (``uv_version``): an unpinned one would be whatever Py
 @functools.cache
 def packages() -> tuple[dict, ...]:
     """The lock's packages, each ``{name, version, wheels: [{url, size, hashes}]}``."""
-    return tuple(read_lock(LOCK_FILE))
+    return tuple(parse_lock(LOCK_FILE.read_text()))
 
 
 def locked_versions(names: Iterable[str] = ()) -> dict[str, str]:

@@ -30,9 +30,13 @@ def normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def read_lock(path: Path) -> list[dict]:
+def parse_lock(text: str) -> list[dict]:
     """The ``[[packages]]`` of a PEP 751 lock, each with its name, version and wheels (url, size, hashes)."""
-    return tomllib.loads(Path(path).read_text())["packages"]
+    return tomllib.loads(text)["packages"]
+
+
+def read_lock(path: Path | str) -> list[dict]:
+    return parse_lock(Path(path).read_text())
 
 
 def requirement_line(package: Mapping) -> str:
