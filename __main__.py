@@ -18,9 +18,11 @@ from gke_ray_tpu.components.maxtext_run import MaxTextRun
 from gke_ray_tpu.components.ray_manifests import DASHBOARD_PORT
 from gke_ray_tpu.components.ray_tpu_cluster import RayTpuCluster, served_kuberay
 from gke_ray_tpu.components.tpu_slice_node_pool import TpuSliceNodePool
+from gke_ray_tpu.components.worker_image import WorkerImage, check_build_daemon
 from gke_ray_tpu.core.job_spec import bucket_url
 from gke_ray_tpu.stack import wiring
 from gke_ray_tpu.stack.component_keys import config_keys
+from gke_ray_tpu.stack.cold_start import check_cold_start
 from gke_ray_tpu.stack.config import config_key, parse_stack_config, raw_pulumi_config
 from gke_ray_tpu.stack.preflight import (
     check_declared_runs, check_idle_cost, check_planned_run, check_ray_image, check_recreated_slices, first_up,
@@ -39,6 +41,13 @@ pulumi.StackReference(f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulu
 )
 # A moving image tag runs unreviewed code with the bucket's rights at every Ray pod start.
 check_ray_image(cfg, warn=pulumi.log.warn)
+# What a run's TPU hosts pull and install before the first step, with or without the stack's image.
+check_cold_start(cfg, info=pulumi.log.info)
+if cfg.build_image:
+    # The image is built where `pulumi up` runs: without a daemon there, stop before anything is registered.
+    check_build_daemon(
+        f"or set {config_key('build_image')} false (the TPU workers then install the lock at every start; docs/image.md)"
+    )
 shape = cfg.shape
 
 with config_keys(cfg):
@@ -70,6 +79,10 @@ with config_keys(cfg):
         opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=namespace_ready),
     )
 
+    # The TPU workers' image: rayImage with the lock installed, in Artifact Registry (streamed to the nodes), run by
+    # digest. The nodes pull it as the project's default compute service account, which the node pools run as.
+    image = WorkerImage("worker-image", wiring.worker_image_args(cfg, project_number)) if cfg.build_image else None
+
     # The pods run as the identity's service account and mount its bucket: RayTpuCluster waits for both through them.
     # The node pools are no input of it (Autopilot has none), so it waits for them explicitly.
     # An existing cluster's KubeRay may be too old to keep token auth: read its CRD now, at preview too.
@@ -78,7 +91,7 @@ with config_keys(cfg):
                        pulumi.ResourceOptions(provider=cluster.provider))
     ] if cfg.existing_cluster_name else []
     ray = RayTpuCluster(
-        "ray", wiring.ray_cluster_args(cfg, storage),
+        "ray", wiring.ray_cluster_args(cfg, storage, image),
         opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=slices + served),
     )
 
@@ -101,6 +114,8 @@ STACK_OUTPUTS = {
     "rayClusterName": ray.ray_cluster_name,
     "rayHeadService": ray.head_service,
     "rayDashboardPort": DASHBOARD_PORT,
+    # The Ray pods' image: the stack's by digest (null when it runs rayImage as it is).
+    "workerImage": image.ref if image else None,
     "tpuGeneration": shape.generation.name,
     "acceleratorType": shape.generation.ray_accelerator_type,
     "topology": shape.topology,

@@ -14,7 +14,7 @@ Stood in, and nothing else: GKE's webhook (:func:`webhook_env`, without
 ``TPU_WORKER_HOSTNAMES``: pod names do not resolve here), the chips (the TPU
 resource), libtpu and the TPU backend (``JAX_PLATFORMS=cpu`` in place of the
 pod's ``tpu,cpu``: :data:`POD_ENV_STAND_IN`), the workers' uv install of
-``maxtext[tpu]`` (``tests/fake_tpu_job``), MaxText's ``hardware``
+the lock (``tests/fake_tpu_job``), MaxText's ``hardware``
 (``cpu``: TPU devices carry a slice index, CPU devices do not) and the bucket
 (checkpoints and the compilation cache in a local directory: Orbax's
 local-file commit rules, not the ``gs://`` commit marker; see

@@ -23,8 +23,8 @@ from tests.gcs_emulator import GcsEmulator
 
 
 def test_orbax_commits_with_a_marker_on_gs_and_by_renaming_on_a_local_path():
-    """The rule the cluster runs rely on, pinned to the installed Orbax (and checked in 0.12.4, the
-    lowest the TPU workers' `uv --resolution=lowest` may install for maxtext 0.2.5)."""
+    """The rule the cluster runs rely on, pinned to the installed Orbax (the TPU workers' lock's:
+    tests/test_worker_env.py)."""
     from etils import epath
     from orbax.checkpoint._src.path import atomicity, atomicity_defaults
 
@@ -66,16 +66,14 @@ def test_on_a_local_path_the_same_torn_step_would_be_restored(probe):
 
 def test_the_tpu_workers_install_what_orbax_imports_on_a_hierarchical_bucket():
     """Opting into a hierarchical namespace (``bucketHierarchicalNamespace``) needs no extra package on the
-    workers: Orbax imports ``google.cloud.storage_control_v2`` to delete folders, and the ``maxtext[tpu]``
-    the workers install requires it. The folder paths themselves are not run here (the emulator has none)."""
+    workers: Orbax imports ``google.cloud.storage_control_v2`` to delete folders, and the workers' lock has
+    it (MaxText's ``tpu`` extra asks for it, its base requirements do not). The folder paths themselves are
+    not run here (the emulator has none)."""
     from importlib.metadata import requires
 
     from packaging.requirements import Requirement
 
-    from gke_ray_tpu.core.job_spec import DEFAULT_MAXTEXT_PACKAGE
+    from gke_ray_tpu.core.worker_env import locked_versions
 
-    extra = Requirement(DEFAULT_MAXTEXT_PACKAGE).extras
-    wanted = [r for r in map(Requirement, requires("maxtext")) if r.marker and any(
-        r.marker.evaluate({"extra": e}) for e in extra)]
-    assert "google-cloud-storage-control" in {r.name for r in wanted}
+    assert "google-cloud-storage-control" in locked_versions()
     assert "google-cloud-storage-control" not in {r.name for r in map(Requirement, requires("maxtext")) if not r.marker}

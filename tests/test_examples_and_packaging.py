@@ -53,6 +53,11 @@ def test_wheel_ships_every_package_and_the_presets(tmp_path):
         "gke_ray_tpu/core/presets/llama3-8b.yml",
         "gke_ray_tpu/stack/config.py",
         "gke_ray_tpu/training/worker/trainer.py",
+        # The workers' image's build context: a WorkerImage of an installed library builds from it.
+        "gke_ray_tpu/core/worker_env/pylock.toml",
+        "gke_ray_tpu/core/worker_env/install.py",
+        "gke_ray_tpu/core/worker_env/Dockerfile",
+        "gke_ray_tpu/core/worker_env/.dockerignore",
     ):
         assert expected in names
     assert not [n for n in names if n.startswith("tests/") or n.endswith(".json")]  # test data stays out

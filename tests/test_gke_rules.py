@@ -322,7 +322,7 @@ def test_every_argument_the_stack_wires_from_config_names_its_key(dev_config):
     """Each argument the wiring sets from a config value has a key behind it (no argument left unmapped), and
     every argument a field declares it feeds exists in that component's arguments."""
     from gke_ray_tpu.components import dcn_networks, gcs_workload_identity, gke_cluster, maxtext_run, ray_tpu_cluster
-    from gke_ray_tpu.components import tpu_slice_node_pool
+    from gke_ray_tpu.components import tpu_slice_node_pool, worker_image
     from gke_ray_tpu.stack import wiring
 
     cfg = parse_stack_config(dev_config)
@@ -333,6 +333,7 @@ def test_every_argument_the_stack_wires_from_config_names_its_key(dev_config):
         "TpuSliceNodePoolArgs": wiring.node_pool_args(cfg, 0, None, []),
         "GcsWorkloadIdentityArgs": wiring.workload_identity_args(cfg, "123"),
         "RayTpuClusterArgs": wiring.ray_cluster_args(cfg, IDENTITY),
+        "WorkerImageArgs": wiring.worker_image_args(cfg, "123"),
         "MaxTextRunArgs": wiring.run_args(cfg, 0, None),
     }
     # What the wiring passes that is no config value: resources, the other components, and positions.
@@ -343,6 +344,7 @@ def test_every_argument_the_stack_wires_from_config_names_its_key(dev_config):
     declared = {f"{cls.__name__}.{name}" for cls in (
         gke_cluster.GkeRayClusterArgs, dcn_networks.DcnNetworksArgs, tpu_slice_node_pool.TpuSliceNodePoolArgs,
         gcs_workload_identity.GcsWorkloadIdentityArgs, ray_tpu_cluster.RayTpuClusterArgs, maxtext_run.MaxTextRunArgs,
+        worker_image.WorkerImageArgs,
     ) for name in cls.__annotations__}
     assert sorted(set(keys) - declared) == []
 

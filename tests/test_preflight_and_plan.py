@@ -95,7 +95,7 @@ def test_elastic_preset_must_shard_on_every_slice_count(dev_config):
 def test_preview_prints_resources_manifests_and_verdict(capsys):
     assert preview.main(["--stack", "dev"]) == 0
     out = capsys.readouterr().out
-    assert "Resources of gke-ray-tpu/dev (pulumi up would create): 20 resources in 7 components" in out
+    assert "Resources of gke-ray-tpu/dev (pulumi up would create): 23 resources in 8 components" in out
     assert "gcp:container/nodePool:NodePool  slice-1-pool  (name=v6e-16-1  location=us-east5-b  machineType=ct6e-standard-4t  nodeCount=4)" in out
     assert "[kept on destroy]" in out
     assert "kind: RayCluster" in out and "numOfHosts: 4" in out and "count: 2" in out

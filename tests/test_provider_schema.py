@@ -74,6 +74,7 @@ CONTRACT = {
             "rayClusterMonitoring": "boolean",
             "dranet": "boolean",
             "existing": "boolean",
+            "imageStreaming": "boolean",
         },
         required=frozenset({"clusterName", "location", "project"}),
         outputs={
@@ -92,6 +93,7 @@ CONTRACT = {
             "reservation": "string",
             "scaleToZero": "boolean",
             "maxRunDurationS": "integer",
+            "imageStreaming": "boolean",
         },
         required=frozenset({"cluster", "zone"}),
         outputs={"poolName": "string", "machineType": "string", "hosts": "integer", "chipsPerHost": "integer"},

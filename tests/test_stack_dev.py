@@ -243,9 +243,9 @@ def test_ray_cluster_waits_for_slices_storage_and_claim(dev_run):
     # A dependency on a component expands to its children.
     assert {"slice-0-pool", "slice-1-pool", "storage-ksa", "storage-object-user", "ray-netdev-claim"} <= names
     # RayTpuCluster takes the GcsWorkloadIdentity: its pods' service account is the identity's output, tied to
-    # the account's bucket bindings (which name the bucket).
+    # the account's bucket bindings (which name the bucket); and the WorkerImage, whose pushed digest its pods run.
     from_inputs = {urn.rsplit("::", 1)[1] for urn in ray.input_dependencies["spec"]}
-    assert from_inputs == {"storage-ksa", "storage-object-user", "storage-bucket-reader"}
+    assert from_inputs == {"storage-ksa", "storage-object-user", "storage-bucket-reader", "worker-image-image"}
     bindings = [r for r in dev_run.resources if r.urn.endswith(("::storage-object-user", "::storage-bucket-reader"))]
     assert [names for names in ({u.rsplit("::", 1)[1] for u in b.input_dependencies["bucket"]} for b in bindings)] == [
         {"storage-bucket"}, {"storage-bucket"}]
@@ -304,6 +304,7 @@ def test_stack_outputs_feed_the_submit_step(dev_run):
         "rayClusterName": "maxtext-tpu-cluster",
         "rayHeadService": "maxtext-tpu-cluster-head-svc",
         "rayDashboardPort": 8265,
+        "workerImage": dev_run.one("docker-build:index:Image").inputs["tags"][0] + "@" + dev_run.outputs["workerImage"].split("@")[1],
         "tpuGeneration": "v6e",
         "acceleratorType": "TPU-V6E",
         "topology": "4x4",
@@ -325,7 +326,7 @@ def test_stack_outputs_feed_the_submit_step(dev_run):
 
 def test_every_child_is_parented_to_its_component(dev_run):
     components = {"gke-ray-tpu:index:" + n for n in ("GkeRayCluster", "DcnNetworks", "TpuSliceNodePool", "GcsWorkloadIdentity",
-                                                     "RayTpuCluster", "MaxTextRun")}
+                                                     "RayTpuCluster", "MaxTextRun", "WorkerImage")}
     for resource in dev_run.resources:
         if resource.type in components:
             assert resource.parent_type == "pulumi:pulumi:Stack", resource.urn

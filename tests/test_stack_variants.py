@@ -197,13 +197,14 @@ def test_bad_config_fails_before_any_resource(dev_config, key, value, message):
     assert run.resources == []
 
 
-def test_pinned_image_is_not_re_pulled_but_moving_tags_are(run_stack, dev_run):
-    _, container, _ = worker(dev_run)
+def test_pinned_image_is_not_re_pulled_but_moving_tags_are(run_stack):
+    # With the stack's own image (tests/test_worker_image.py) the pods run a digest; here they run rayImage itself.
+    _, container, _ = worker(run_stack(buildImage="false"))
     assert (container["image"], container["imagePullPolicy"]) == ("rayproject/ray:2.60.0-py312", "IfNotPresent")
     pinned = "us-docker.pkg.dev/my-tpu-project/ray/ray-maxtext:2.55.0-py312"
-    _, container, _ = worker(run_stack(rayImage=pinned))
+    _, container, _ = worker(run_stack(rayImage=pinned, buildImage="false"))
     assert (container["image"], container["imagePullPolicy"]) == (pinned, "IfNotPresent")
-    _, container, _ = worker(run_stack(rayImage="rayproject/ray:nightly-py312-tpu"))
+    _, container, _ = worker(run_stack(rayImage="rayproject/ray:nightly-py312-tpu", buildImage="false"))
     assert container["imagePullPolicy"] == "Always"
 
 

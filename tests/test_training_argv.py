@@ -111,10 +111,14 @@ def test_the_trainer_turns_that_command_into_the_tutorial_scaling_config(dev_out
     assert (s.resources_per_worker, s.placement_strategy) == ({"TPU": 4}, "SPREAD")
     r = trainer.run_config(spec)
     assert (r.name, r.failure_config.max_failures) == ("r1", 0)
-    assert r.worker_runtime_env == {
-        "uv": {"packages": ["maxtext[tpu]==0.2.5"], "uv_pip_install_options": ["--resolution=lowest"]},
-        "env_vars": trainer.WORKER_ENV,
-    }
+    # The head's Python here is this venv: the workers get what it lacks of the lock, nothing it has.
+    uv = r.worker_runtime_env["uv"]
+    listed = {line.split("==")[0]: line.split("==")[1].split()[0] for line in uv["packages"]}
+    assert {"jax", "jaxlib", "libtpu", "maxtext", "orbax-checkpoint", "ray"}.isdisjoint(listed)
+    assert listed["protobuf"] == "7.36.2"  # this venv has 5.29.6 (pulumi-policy's); the lock MaxText's extra's
+    assert all(line.count("--hash=sha256:") >= 1 for line in uv["packages"])
+    assert uv["uv_pip_install_options"] == ["--no-deps", "--require-hashes", "--only-binary", ":all:", "--no-cache"]
+    assert uv["uv_version"] == "==0.13.8" and r.worker_runtime_env["env_vars"] == trainer.WORKER_ENV
     assert trainer.WORKER_ENV["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
 
 

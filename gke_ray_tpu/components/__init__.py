@@ -1,9 +1,9 @@
 """Reusable Pulumi components for multislice Ray Train on GKE TPUs.
 
 ``from gke_ray_tpu.components import DcnNetworks, GkeRayCluster, TpuSliceNodePool,
-GcsWorkloadIdentity, RayTpuCluster, MaxTextRun, TpuQueue`` gives another Python stack the
+GcsWorkloadIdentity, RayTpuCluster, MaxTextRun, TpuQueue, WorkerImage`` gives another Python stack the
 building blocks;
-``provider/`` hosts the same classes (all but TpuQueue, so far) as a Pulumi package for any language. Each
+``provider/`` hosts the same classes (all but TpuQueue and WorkerImage, so far) as a Pulumi package for any language. Each
 component takes what it builds on as input (a cluster resource, a Kubernetes
 provider, another component: ``gke_ray_tpu/components/_refs.py``) and parses no stack config. Names resolve lazily, so importing one
 component does not import the SDKs of the others.
@@ -27,6 +27,8 @@ _EXPORTS = {
     "MaxTextRunArgs": "gke_ray_tpu.components.maxtext_run",
     "TpuQueue": "gke_ray_tpu.components.tpu_queue",
     "TpuQueueArgs": "gke_ray_tpu.components.tpu_queue",
+    "WorkerImage": "gke_ray_tpu.components.worker_image",
+    "WorkerImageArgs": "gke_ray_tpu.components.worker_image",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -115,7 +115,8 @@ class RayClusterSpec:
     num_slices: int
     elastic_min_slices: int
     dcn_interfaces: int
-    image: str
+    image: Any
+    """The pods' image: a reference, or a Pulumi Output of one (a WorkerImage's ref, by digest)."""
     megascale_port: int
     compute_class: Optional[str]
     """Autopilot: the ComputeClass that provisions the TPU nodes."""
@@ -154,9 +155,10 @@ def is_moving_tag(image: str) -> bool:
     return not tag or tag == "latest" or (tag.startswith("nightly") and not tag.startswith("nightly."))
 
 
-def image_pull_policy(image: str) -> str:
-    """Moving tags must be pulled every time, or head and workers can run different Ray builds."""
-    return "Always" if is_moving_tag(image) else "IfNotPresent"
+def image_pull_policy(image: Any) -> str:
+    """Moving tags must be pulled every time, or head and workers can run different Ray builds. An image the
+    stack computes (a WorkerImage's ref, an Output) is named by its digest and never moves."""
+    return "Always" if isinstance(image, str) and is_moving_tag(image) else "IfNotPresent"
 
 
 CONTAINER_SECURITY_CONTEXT = {
@@ -226,7 +228,7 @@ def interface_prefixes(dcn_interfaces: int) -> str:
 
 ALL_GATHER_FUSION = "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true"
 ALL_GATHER_FUSION_GENERATIONS = frozenset({"v5e"})
-"""Where libtpu 0.0.50.1 (jax 0.12's; maxtext[tpu]==0.2.5 asks for >= 0.0.46) compiles the tutorial's all-gather fusion beside its
+"""Where libtpu 0.0.50.1 (jax 0.12's, the pods' through the workers' lock) compiles the tutorial's all-gather fusion beside its
 ``--xla_enable_async_all_gather=true``. For v6e, v5p and the other generations it refuses the train step
 (``FAILED_PRECONDITION: Continuation fusion for AllGather is enabled on platform ...``, "not supported/recommended
 on platforms other than TPU v5e ... incorrect results, hang, SDC"); each flag alone compiles. Found by the compile

@@ -37,13 +37,15 @@ from gke_ray_tpu.core.tpu_catalogue import DEFAULT_GENERATION, DEFAULT_TOPOLOGY,
 
 DEFAULT_NAME = "maxtext-tpu-cluster"
 DEFAULT_IMAGE = f"rayproject/ray:{RAY_VERSION}-py312"
-"""Ray's release image of the Ray the job is written for (the driver's), pulled once per node.
+"""Ray's release image of the Ray the job is written for (the driver's), pulled once per node, and the base
+of the stack's WorkerImage.
 
 Not the tutorial's ``nightly-py312-tpu``: a moving tag runs whatever Ray master built last night with the
 job's bucket rights, and may switch Ray's defaults (token auth) under the stack. Ray publishes TPU images
-as nightlies only, and the TPU stack is not needed in the image: the head's driver never imports JAX, and
-the TPU workers' runtime env installs ``maxtext[tpu]`` (JAX and libtpu) for the training processes. Ray
-finds the chips from the devices and GKE's TPU env vars, without libtpu. docs/security.md has the sources."""
+as nightlies only, and the TPU stack need not come from Ray: the head's driver never imports JAX, and the
+TPU workers get JAX, libtpu and MaxText from the lock (``gke_ray_tpu/core/worker_env``), baked in by
+WorkerImage or installed at start on this image. Ray finds the chips from the devices and GKE's TPU env
+vars, without libtpu. docs/security.md has the sources."""
 DEFAULT_MEGASCALE_PORT = 9915
 MEGASCALE_PORT = Bounds(1024, 65535)
 """``megascalePort`` (``megascale_port``): a port the TPU workers' JAX binds, no privileged one; within these,
@@ -73,8 +75,8 @@ class RayTpuClusterArgs(TypedDict):
     """Fewest slices an elastic job keeps training on, and the default of the MaxTextRuns on it; also the group's minReplicas while its slices are held (0 when they scale to zero). Default: num_slices."""
     dcn_interfaces: NotRequired[int]
     """DCN NICs each TPU worker pod claims through DRANET (0: none). Default: what the generation's hosts offer (2 on v6e)."""
-    image: NotRequired[str]
-    """Ray image of the head and the workers. Default: rayproject/ray:2.60.0-py312, Ray's release image of the driver's Ray (the TPU workers install JAX and libtpu with MaxText). A moving tag (nightly, latest) is pulled on every start and gets a preview warning."""
+    image: NotRequired[pulumi.Input[str]]
+    """Image of the head and the workers: a WorkerImage (its ref: the lock installed, pinned by digest), or a reference. Default: rayproject/ray:2.60.0-py312, Ray's release image of the driver's Ray, on which the TPU workers install the lock at start. A moving tag (nightly, latest) is pulled on every start and gets a preview warning."""
     megascale_port: NotRequired[int]
     """MEGASCALE_PORT of the workers. Default: 9915, as in the tutorial."""
     compute_class: NotRequired[str]
@@ -131,6 +133,14 @@ def check_megascale_port(port: object, key: str) -> int:
     return number
 
 
+def pods_image(image: object, key: str) -> Any:
+    """What the pods run: a WorkerImage's ``ref`` (its tag and digest, known once pushed), a reference the stack
+    computes (an Output, taken as such), or a reference as written, checked. The component is known by its ``ref``
+    Output, not imported: the provider host hosts this component without pulumi-docker-build."""
+    ref = getattr(image, "ref", None) if isinstance(image, pulumi.ComponentResource) else image
+    return ref if isinstance(ref, pulumi.Output) else check_image(image, key)
+
+
 def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") -> RayClusterSpec:
     """The pure RayCluster spec, after every rule on the arguments."""
     if "idle_timeout_s" in args:
@@ -164,7 +174,7 @@ def spec_from_args(args: RayTpuClusterArgs, prefix: str = "RayTpuClusterArgs.") 
         num_slices=num_slices,
         elastic_min_slices=min_slices,
         dcn_interfaces=dcn_interfaces,
-        image=check_image(args.get("image", DEFAULT_IMAGE), f"{prefix}image"),
+        image=pods_image(args.get("image", DEFAULT_IMAGE), f"{prefix}image"),
         megascale_port=check_megascale_port(args.get("megascale_port", DEFAULT_MEGASCALE_PORT), f"{prefix}megascale_port"),
         compute_class=args.get("compute_class"),
         capacity=capacity,

@@ -7,7 +7,7 @@ import pulumi_gcp as gcp
 
 from gke_ray_tpu.components._options import child_options, replaced_in_place
 from gke_ray_tpu.components.dcn_networks import AdditionalNetwork
-from gke_ray_tpu.components.gke_cluster import CLOUD_PLATFORM_SCOPE
+from gke_ray_tpu.components.gke_cluster import CLOUD_PLATFORM_SCOPE, DEFAULT_IMAGE_STREAMING
 from gke_ray_tpu.core.capacity import CAPACITY, DEFAULT_CAPACITY, capacity_mode, check_capacity
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.naming import COMPUTE_NAME, GKE_NAME
@@ -41,6 +41,8 @@ class TpuSliceNodePoolArgs(TypedDict):
     """Autoscale the pool between 0 and the slice's hosts (GKE adds or removes the whole slice), so no VM is billed while no pod asks for one. Default: true for flex-start (required), false otherwise."""
     max_run_duration_s: NotRequired[int]
     """flex-start only: seconds after which GKE stops a node, at most 7 days (GKE's limit and default)."""
+    image_streaming: NotRequired[bool]
+    """GKE image streaming (gcfs) on the slice's hosts: a Ray pod whose image is in Artifact Registry starts before the image is pulled whole. Needs the Container File System API enabled. Default: true."""
 
 
 def pool_name_for(shape: SliceShape, slice_index: int) -> str:
@@ -206,6 +208,7 @@ def node_config(shape: SliceShape, args: TpuSliceNodePoolArgs, dranet: bool) -> 
         flex_start=True if capacity.name == "flex-start" else None,
         max_run_duration=f"{args['max_run_duration_s']}s" if args.get("max_run_duration_s") else None,
         reservation_affinity=reservation_affinity(capacity.name, args.get("reservation")),
+        gcfs_config=gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=args.get("image_streaming", DEFAULT_IMAGE_STREAMING)),
     )
 
 

@@ -25,7 +25,8 @@ from typing import Iterable, Mapping
 
 from gke_ray_tpu.core.job_spec import DATA_MOUNT, SHIPPED_PACKAGES
 
-SUFFIXES = (".py", ".yml")
+SUFFIXES = (".py", ".yml", ".toml")
+"""Source, the presets, the TPU workers' lock (``core/worker_env/pylock.toml``, which the trainer reads)."""
 ARCHIVE_DIR = "_code"
 DIGEST_CHARS = 12
 """Hex digits of the content hash in the archive's name (the full hash is what a run checks)."""

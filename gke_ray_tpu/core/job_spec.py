@@ -38,10 +38,6 @@ DEFAULT_CONFIG = "src/maxtext/configs/base.yml"
 working directory (a MaxText checkout) wins, otherwise MaxText resolves it in
 the installed package (``pyconfig.resolve_config_path``). Nothing is downloaded."""
 
-DEFAULT_MAXTEXT_PACKAGE = "maxtext[tpu]==0.2.5"
-"""What the TPU workers install with uv; the version the local CPU run is tested
-with (the tutorial pinned 0.2.1)."""
-
 ELASTIC_MAX_FAILURES = 3
 """The tutorial's ``FailureConfig(max_failures=3)`` for elastic runs (and, here, runs on Spot slices)."""
 
@@ -133,7 +129,6 @@ class JobSpec:
     topology: Optional[str] = None
     max_failures: Optional[int] = None
     """None: the tutorial's default, 3 when elastic and 0 otherwise."""
-    maxtext_package: str = DEFAULT_MAXTEXT_PACKAGE
     storage_path: Optional[str] = None
     """Ray Train's run directory (None: Ray's default, as in the tutorial)."""
     notes: tuple[str, ...] = field(default=(), compare=False)
@@ -214,8 +209,6 @@ class JobSpec:
             argv += ["--min-slices", str(self.min_slices)]
         if self.backend == "tpu":
             argv += ["--generation", str(self.generation), "--topology", str(self.topology)]
-            if self.maxtext_package != DEFAULT_MAXTEXT_PACKAGE:
-                argv += ["--maxtext-package", self.maxtext_package]
         if self.max_failures is not None:
             argv += ["--max-failures", str(self.max_failures)]
         if self.storage_path:
@@ -237,7 +230,6 @@ class JobSpec:
             generation=args.generation,
             topology=args.topology,
             max_failures=args.max_failures,
-            maxtext_package=args.maxtext_package,
             storage_path=args.storage_path,
         )
 
@@ -409,8 +401,6 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--topology", help="slice topology, e.g. 4x4")
     p.add_argument("--max-failures", type=int,
                    help=f"worker-group restarts allowed (default {ELASTIC_MAX_FAILURES} elastic, 0 static)")
-    p.add_argument("--maxtext-package", default=DEFAULT_MAXTEXT_PACKAGE,
-                   help="pip requirement the TPU workers install with uv")
     p.add_argument("--storage-path", help="Ray Train run directory")
     p.add_argument("config", help=f"MaxText YAML, e.g. {DEFAULT_CONFIG}")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="MaxText overrides")

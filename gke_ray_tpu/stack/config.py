@@ -29,6 +29,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from gke_ray_tpu.components import dcn_networks, gcs_workload_identity, gke_cluster, ray_tpu_cluster, tpu_slice_node_pool
+from gke_ray_tpu.components import worker_image
 from gke_ray_tpu.components.maxtext_run import MaxTextRunArgs
 from gke_ray_tpu.core import capacity as capacity_rules, gke, naming, ray_job, slices
 from gke_ray_tpu.core.bounds import Bounds
@@ -207,11 +208,13 @@ class StackConfig(BaseModel):
 
     project: Annotated[str, _name(naming.PROJECT_ID)] = Field(
         alias="gcp:project", description="the project everything is created in",
-        json_schema_extra=feeds("GkeRayClusterArgs.project", "DcnNetworksArgs.project", "GcsWorkloadIdentityArgs.project"),
+        json_schema_extra=feeds("GkeRayClusterArgs.project", "DcnNetworksArgs.project", "GcsWorkloadIdentityArgs.project",
+                                "WorkerImageArgs.project"),
     )
     region: Annotated[str, _name(naming.REGION)] = Field(
         alias="gcp:region", description="the region of the subnets, the bucket and an Autopilot cluster",
-        json_schema_extra=feeds("GkeRayClusterArgs.location", "DcnNetworksArgs.region", "GcsWorkloadIdentityArgs.location"),
+        json_schema_extra=feeds("GkeRayClusterArgs.location", "DcnNetworksArgs.region", "GcsWorkloadIdentityArgs.location",
+                                "WorkerImageArgs.location"),
     )
     zone: Annotated[Optional[str], _name(naming.ZONE)] = Field(
         None, alias="gcp:zone", description="the zone of the slices and of a Standard cluster; unset: `<region>-b`",
@@ -221,7 +224,7 @@ class StackConfig(BaseModel):
         "ray-tpu-multislice",
         alias="gke-ray-tpu:clusterName",
         description="GKE cluster name (1-40 characters); also prefixes the DCN networks (`<name>-net-<i>`), subnets and firewall rules",
-        json_schema_extra=feeds("GkeRayClusterArgs.cluster_name", "DcnNetworksArgs.name_prefix"),
+        json_schema_extra=feeds("GkeRayClusterArgs.cluster_name", "DcnNetworksArgs.name_prefix", "WorkerImageArgs.repository"),
     )
     cluster_mode: Literal[gke.CLUSTER_MODES] = Field(
         gke_cluster.DEFAULT_MODE,
@@ -389,8 +392,30 @@ class StackConfig(BaseModel):
     ray_image: Annotated[str, _rule(ray_tpu_cluster.check_image)] = Field(
         ray_tpu_cluster.DEFAULT_IMAGE,
         alias="gke-ray-tpu:rayImage",
-        description="Ray's release image of the driver's Ray, pulled once per node (docs/security.md: why not the tutorial's TPU nightly); a moving tag (`nightly`, `latest`) is pulled on every start and gets a preview warning",
-        json_schema_extra=feeds("RayTpuClusterArgs.image"),
+        description="Ray's release image of the driver's Ray (docs/security.md: why not the tutorial's TPU nightly): the base of the workers' image, or with `buildImage` false the Ray pods' image, pulled once per node; a moving tag (`nightly`, `latest`) is pulled on every start and gets a preview warning",
+        json_schema_extra=feeds("RayTpuClusterArgs.image", "WorkerImageArgs.base_image"),
+    )
+    build_image: Flag = Field(
+        worker_image.BUILT_BY_DEFAULT,
+        alias="gke-ray-tpu:buildImage",
+        description="`pulumi up` builds the TPU workers' image (`rayImage` with the workers' lock installed; needs a "
+        "Docker daemon where it runs), pushes it to Artifact Registry and runs every Ray pod on it by digest, so the "
+        "TPU hosts install nothing at start; false: the pods run `rayImage` and the TPU workers install what it lacks "
+        "of the lock at every start (docs/image.md)",
+    )
+    existing_image_repository: Annotated[Optional[str], _rule(worker_image.check_repository)] = Field(
+        None,
+        alias="gke-ray-tpu:existingImageRepository",
+        description="an Artifact Registry Docker repository in `gcp:region` to push the image to (unset: the stack "
+        "creates `<clusterName>-images` and lets the nodes' service account read it)",
+        json_schema_extra=feeds("WorkerImageArgs.repository", "WorkerImageArgs.existing_repository"),
+    )
+    image_streaming: Flag = Field(
+        gke_cluster.DEFAULT_IMAGE_STREAMING,
+        alias="gke-ray-tpu:imageStreaming",
+        description="GKE image streaming on the stack's node pools (Standard; Autopilot streams anyway): an image in "
+        "Artifact Registry starts before it is pulled whole; needs the Container File System API enabled",
+        json_schema_extra=feeds("GkeRayClusterArgs.image_streaming", "TpuSliceNodePoolArgs.image_streaming"),
     )
     megascale_port: Annotated[int, bounded(ray_tpu_cluster.MEGASCALE_PORT), _rule(ray_tpu_cluster.check_megascale_port)] = Field(
         ray_tpu_cluster.DEFAULT_MEGASCALE_PORT, alias="gke-ray-tpu:megascalePort", description="`MEGASCALE_PORT` of the TPU workers",
@@ -398,7 +423,7 @@ class StackConfig(BaseModel):
     )
     project_number: Annotated[Optional[str], _rule(_project_number)] = Field(
         None, alias="gke-ray-tpu:projectNumber", description="skips the `getProject` call used for the `principal://` member",
-        json_schema_extra=feeds("GcsWorkloadIdentityArgs.project_number"),
+        json_schema_extra=feeds("GcsWorkloadIdentityArgs.project_number", "WorkerImageArgs.readers"),
     )
     planned_preset: Annotated[Optional[str], _rule(_planned_preset)] = Field(
         None,
@@ -465,6 +490,11 @@ class StackConfig(BaseModel):
         gcs_workload_identity.check_subject(self.namespace, self.ksa_name, config_key("ksa_name"))
         name_rule = naming.RAY_TPU_CLUSTER_NAME if shape.multi_host else naming.RAY_CLUSTER_NAME
         name_rule.check(self.ray_cluster_name, config_key("ray_cluster_name"))
+        if self.existing_image_repository and not self.build_image:
+            raise ConfigError(
+                config_key("existing_image_repository"), self.existing_image_repository,
+                f"unset: nothing is pushed while {config_key('build_image')} is false",
+            )
         for index, _ in enumerate(self.runs):
             self.declared_job(index)
         return self
@@ -522,6 +552,11 @@ class StackConfig(BaseModel):
     @property
     def capacity_mode(self) -> capacity_rules.CapacityMode:
         return capacity_rules.CAPACITY[self.capacity]
+
+    @property
+    def image_repository(self) -> str:
+        """The Artifact Registry repository the workers' image goes to: the existing one, or the one the stack creates."""
+        return self.existing_image_repository or f"{self.cluster_name}-images"
 
     @property
     def compute_class_name(self) -> Optional[str]:

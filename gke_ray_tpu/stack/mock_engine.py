@@ -4,14 +4,24 @@ Used by the unit tests and by ``python -m gke_ray_tpu.stack.preview``. Every res
 program registers is recorded with its inputs *and* the options the standard
 mocks hide (parent, dependencies, provider, retain-on-delete), so tests
 can assert on the dependency graph and on what ``pulumi destroy`` would do.
+
+The Docker daemon that building the workers' image needs where ``pulumi up`` runs is
+stood in too: ``docker-build:host`` points at a socket of this process that answers
+Docker's ``GET /_ping`` (:class:`MockGke` ``docker_daemon``), so the program's own probe
+runs, and nothing outside this machine is asked.
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
+import hashlib
 import json
 import logging
 import runpy
+import socketserver
+import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -133,6 +143,8 @@ class MockGke:
     (a bucket created flat before the stack asked for a hierarchical namespace, say)."""
     deployed_outputs: Mapping[str, Any] = field(default_factory=dict)
     """The stack's outputs from its last update, as a StackReference to itself reads them (none: never deployed)."""
+    docker_daemon: bool = True
+    """Whether a Docker daemon answers where ``pulumi up`` runs (False: ``docker-build:host`` names a socket nobody serves)."""
 
     def engine_versions(self, prefix: str) -> dict:
         """``getEngineVersions`` as the provider computes it: a prefix filter on each list."""
@@ -166,6 +178,10 @@ class _StackMocks(pulumi.runtime.Mocks):
                 return args.resource_id, outputs
             outputs.setdefault("endpoint", "203.0.113.10")
             outputs["masterAuth"] = {"clusterCaCertificate": MOCK_CA}
+        if args.typ == "docker-build:index:Image":
+            # What the push reports: the tag with the digest of the pushed manifest.
+            digest = "sha256:" + hashlib.sha256(json.dumps(args.inputs, sort_keys=True, default=str).encode()).hexdigest()
+            outputs.update(digest=digest, ref=f"{args.inputs['tags'][0]}@{digest}")
         if args.typ.startswith("gcp:") and "name" not in outputs:
             outputs["name"] = args.name
         outputs.update(self.gke.existing_state.get(args.typ, {}))
@@ -177,6 +193,8 @@ class _StackMocks(pulumi.runtime.Mocks):
             return {"number": MOCK_PROJECT_NUMBER, "projectId": args.args.get("projectId")}
         if args.token == "gcp:container/getEngineVersions:getEngineVersions":
             return self.gke.engine_versions(args.args.get("versionPrefix", ""))
+        if args.token == "gcp:organizations/getClientConfig:getClientConfig":
+            return {"accessToken": "mock-access-token", "project": "", "region": "", "zone": "", "id": "mock"}
         if args.token == "gcp:container/getCluster:getCluster":
             found = mock_existing_cluster(args.args.get("name"), args.args.get("location"), args.args.get("project"))
             return {**found, **self.gke.cluster_changes}
@@ -245,9 +263,27 @@ def run_offline(
     pass ``run`` to see what had been registered by then.
     """
     run = run if run is not None else OfflineRun()
-    return contextvars.Context().run(
-        _run_in_fresh_context, dict(config), stack, preview, program, run, project, gke or MockGke()
-    )
+    gke = gke or MockGke()
+    config = {**config, "docker-build:host": _daemon_stand_in() if gke.docker_daemon else f"unix://{_NO_DAEMON}"}
+    return contextvars.Context().run(_run_in_fresh_context, config, stack, preview, program, run, project, gke)
+
+
+_NO_DAEMON = "/nonexistent/gke-ray-tpu/docker.sock"
+
+
+class _PingHandler(socketserver.StreamRequestHandler):
+    def handle(self) -> None:
+        self.rfile.readline()
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nApi-Version: 1.50\r\nContent-Length: 2\r\n\r\nOK")
+
+
+@functools.cache
+def _daemon_stand_in() -> str:
+    """A socket of this process that answers Docker's ping, for the life of the process."""
+    path = f"{tempfile.mkdtemp(prefix='mock-docker-')}/docker.sock"
+    server = socketserver.ThreadingUnixStreamServer(path, _PingHandler)
+    threading.Thread(target=server.serve_forever, daemon=True, name="mock-docker-daemon").start()
+    return f"unix://{path}"
 
 
 class _LogRecorder(logging.Handler):

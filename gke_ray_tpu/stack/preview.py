@@ -32,6 +32,7 @@ from gke_ray_tpu.core.exit_status import NO, OK, Unavailable, run_command
 from gke_ray_tpu.core.job_spec import parse_overrides
 from gke_ray_tpu.core.maxtext import check_settings, render
 from gke_ray_tpu.stack import wiring
+from gke_ray_tpu.stack.cold_start import check_cold_start
 from gke_ray_tpu.stack.config import StackConfig, config_key, parse_stack_config
 from gke_ray_tpu.stack.mock_engine import OfflineRun, load_stack_file, run_offline
 from gke_ray_tpu.stack.preflight import (
@@ -153,6 +154,7 @@ def _sections(section: str, stack: str, cfg: StackConfig, run: Optional[OfflineR
         lines: list[str] = []
         costs = check_idle_cost(cfg, info=lines.append, warn=lambda message: lines.append(f"warning: {message}"))
         check_ray_image(cfg, warn=lambda message: lines.append(f"warning: {message}"))
+        check_cold_start(cfg, info=lines.append)
         sections.append("\n".join(lines))
         sections.append(first_up(cfg, costs, check_declared_runs(cfg, info=lambda _: None)))
     return sections

@@ -10,7 +10,7 @@ preview's checks.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Union
 
 import pulumi
 
@@ -22,6 +22,7 @@ from gke_ray_tpu.components.maxtext_run import MaxTextRunArgs, build_run_job
 from gke_ray_tpu.components.ray_manifests import RayClusterSpec
 from gke_ray_tpu.components.ray_tpu_cluster import RayTpuClusterArgs, RayTpuClusterRef
 from gke_ray_tpu.components.tpu_slice_node_pool import TpuSliceNodePoolArgs
+from gke_ray_tpu.components.worker_image import WorkerImageArgs
 from gke_ray_tpu.core.job_spec import JobSpec
 
 if TYPE_CHECKING:  # the config model checks its declared runs through this module
@@ -45,6 +46,7 @@ def gke_cluster_args(cfg: StackConfig) -> GkeRayClusterArgs:
         ray_cluster_monitoring=cfg.ray_cluster_monitoring,
         dranet=bool(cfg.dcn_cidrs_or_default),
         existing=bool(cfg.existing_cluster_name),
+        image_streaming=cfg.image_streaming,
     )
 
 
@@ -68,6 +70,7 @@ def node_pool_args(cfg: StackConfig, index: int, cluster: pulumi.Resource,
         additional_networks=networks,
         capacity=cfg.capacity,
         scale_to_zero=cfg.scale_to_zero_or_default,
+        image_streaming=cfg.image_streaming,
         **({"reservation": cfg.reservation} if cfg.reservation else {}),
         **({"max_run_duration_s": cfg.max_run_duration} if cfg.max_run_duration else {}),
     )
@@ -86,8 +89,25 @@ def workload_identity_args(cfg: StackConfig, project_number: pulumi.Input[str]) 
     )
 
 
-def ray_cluster_args(cfg: StackConfig, workload_identity: GcsWorkloadIdentityRef) -> RayTpuClusterArgs:
-    """The stack's RayTpuCluster, on ``workload_identity`` (the GcsWorkloadIdentity, or its fields)."""
+def worker_image_args(cfg: StackConfig, project_number: pulumi.Input[str]) -> WorkerImageArgs:
+    """The TPU workers' image: ``rayImage`` with the lock installed, pushed to the stack's repository (or an existing
+    one), readable by the nodes, which run as the project's default compute service account."""
+    return WorkerImageArgs(
+        project=cfg.project,
+        location=cfg.region,
+        repository=cfg.image_repository,
+        existing_repository=bool(cfg.existing_image_repository),
+        base_image=cfg.ray_image,
+        readers=[pulumi.Output.from_input(project_number).apply(
+            lambda number: f"serviceAccount:{number}-compute@developer.gserviceaccount.com"
+        )],
+    )
+
+
+def ray_cluster_args(cfg: StackConfig, workload_identity: GcsWorkloadIdentityRef,
+                     image: Optional[Union[pulumi.Input[str], pulumi.ComponentResource]] = None) -> RayTpuClusterArgs:
+    """The stack's RayTpuCluster, on ``workload_identity`` (the GcsWorkloadIdentity, or its fields), its pods on
+    ``image`` (the stack's WorkerImage or its ref; None: ``rayImage`` as it is)."""
     return RayTpuClusterArgs(
         workload_identity=workload_identity,
         ray_cluster_name=cfg.ray_cluster_name,
@@ -95,7 +115,7 @@ def ray_cluster_args(cfg: StackConfig, workload_identity: GcsWorkloadIdentityRef
         topology=cfg.tpu_topology,
         num_slices=cfg.num_slices,
         dcn_interfaces=len(cfg.dcn_cidrs_or_default),
-        image=cfg.ray_image,
+        image=cfg.ray_image if image is None else image,
         megascale_port=cfg.megascale_port,
         capacity=cfg.capacity,
         scale_to_zero=cfg.scale_to_zero_or_default,

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional
 
 from gke_ray_tpu.components.ray_manifests import RayClusterSpec, libtpu_init_args
-from gke_ray_tpu.core import REPO_ROOT
+from gke_ray_tpu.core import REPO_ROOT, worker_env
 from gke_ray_tpu.core.job_spec import JobSpec
 from gke_ray_tpu.core.maxtext import configs_dir, render
 from gke_ray_tpu.core.tpu_catalogue import SliceShape
@@ -71,7 +71,8 @@ compiles does not depend on them."""
 VERDICTS = ("compiled", "oom")
 """The child's answers that are the run's verdict, and cached; any other ("error") is not."""
 
-VERSIONED = ("maxtext", "libtpu", "jax", "jaxlib")
+VERSIONED = worker_env.COMPILER_PACKAGES
+"""The compiler and the program's code: this environment's, which must be the TPU workers' lock's (:func:`versions`)."""
 
 CHILD_ENV = {
     # Nothing here may start a TPU backend: the topology is described, not attached.
@@ -123,6 +124,14 @@ def versions() -> dict[str, str]:
                 f"{name} is not installed in {sys.executable}: the compile check needs MaxText and the TPU "
                 "compiler (libtpu); bin/setup installs both from requirements.txt"
             ) from None
+    # The verdict is the pods' only if this is the compiler they run: what the TPU workers' lock installs.
+    locked = worker_env.locked_versions(VERSIONED)
+    differ = [f"{name} {found[name]} (the pods' lock: {locked[name]})" for name in VERSIONED if found[name] != locked[name]]
+    if differ:
+        raise CompileCheckError(
+            f"{sys.executable} has {', '.join(differ)}: XLA's verdict would be another compiler's than the TPU "
+            "pods'; bin/setup installs requirements.txt, whose versions the lock holds (bin/lock-worker-env)"
+        )
     return found
 
 

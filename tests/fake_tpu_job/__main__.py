@@ -1,8 +1,8 @@
 """The job's entry point on a fake-TPU Ray cluster (``tests/fake_tpu.py``): ``gke_ray_tpu.training.worker.trainer``
 with the argv a TPU stack's job has, and one piece of it stood in.
 
-The TPU workers' runtime env installs ``maxtext[tpu]`` (with libtpu) through uv, which needs PyPI and a
-TPU host; here the workers run the MaxText of this venv with JAX on CPU instead. Everything else, the
+The TPU workers' runtime env installs what the head lacks of the lock (with libtpu) through uv, which needs
+PyPI and a TPU host; here the workers run the MaxText of this venv with JAX on CPU instead. Everything else, the
 ScalingConfig (use_tpu, topology, accelerator type, TPU per worker, SPREAD), the FailureConfig and the
 rest of the RunConfig, is the trainer's own. Shipped to the job as a package of its own (``py_modules``), run as ``python -m fake_tpu_job``.
 """
@@ -22,8 +22,7 @@ SLICE_WAIT_ENV = "FAKE_TPU_SLICE_WAIT_S"
 
 def _stand_in_run_config(spec):
     config = _trainer_run_config(spec)
-    packages = config.worker_runtime_env.get("uv", {}).get("packages")
-    if packages != [spec.maxtext_package]:
+    if config.worker_runtime_env != trainer.tpu_worker_env(trainer.installed_here()):
         raise AssertionError(f"the TPU workers' runtime env changed: {config.worker_runtime_env}")
     config.worker_runtime_env = {"env_vars": CPU_STAND_IN_ENV}
     return config

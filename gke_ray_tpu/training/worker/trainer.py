@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from typing import Mapping
 
 # Ray 2.60 enables Train v2 by default; older cluster images need the flag
 # before ray.train is imported.
@@ -35,6 +36,7 @@ os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 
 from gke_ray_tpu.core.errors import ConfigError  # noqa: E402
 from gke_ray_tpu.core.job_spec import COLD_START_TIMEOUT_S, TRAINER_MODULE, JobSpec  # noqa: E402
+from gke_ray_tpu.core.worker_env import UV_VERSION, installed_here, missing, packages, requirement_line  # noqa: E402
 
 WORKER_ENV = {
     # Cache every compiled program in MaxText's jax_cache_dir: JAX skips programs that compile
@@ -192,18 +194,31 @@ def start_retries() -> int:
     return max(0, math.ceil(SLICE_WAIT_S / wait) - 1)
 
 
+def tpu_worker_env(installed: Mapping[str, str]) -> dict:
+    """The TPU workers' runtime env on a head whose Python has ``installed`` ({name: version}).
+
+    The head runs the workers' image, so what it lacks of the lock (``gke_ray_tpu/core/worker_env``) the
+    workers lack too: nothing on the stack's image, which has the whole lock; on Ray's own image, the
+    packages Ray did not bring at the locked versions. Those Ray's uv installs on each worker, every wheel
+    checked against the lock's sha256, none but the listed ones (the lock is complete).
+    """
+    lacking = missing(packages(), installed)
+    if not lacking:
+        return {"env_vars": WORKER_ENV}
+    return {
+        "uv": {
+            "packages": [requirement_line(package) for package in lacking],
+            "uv_version": f"=={UV_VERSION}",
+            "uv_pip_install_options": ["--no-deps", "--require-hashes", "--only-binary", ":all:", "--no-cache"],
+        },
+        "env_vars": WORKER_ENV,
+    }
+
+
 def run_config(spec: JobSpec):
     from ray.train.v2.api.config import FailureConfig, RunConfig
 
-    if spec.backend == "cpu":
-        worker_env = {"env_vars": CPU_WORKER_ENV}
-    else:
-        # As in the tutorial: MaxText is installed on the TPU workers only; the
-        # lowest resolution installs the versions its extras were tested with.
-        worker_env = {
-            "uv": {"packages": [spec.maxtext_package], "uv_pip_install_options": ["--resolution=lowest"]},
-            "env_vars": WORKER_ENV,
-        }
+    worker_env = {"env_vars": CPU_WORKER_ENV} if spec.backend == "cpu" else tpu_worker_env(installed_here())
     return RunConfig(
         name=spec.run_name,
         storage_path=spec.storage_path,
