@@ -2,7 +2,7 @@
 
 What it does, and where Kueue does it:
 
-* A RayJob labelled for the stack's LocalQueue passes Kueue's webhook (``core.kueue.kueue_ray_job_problems``,
+* A RayJob labelled for the stack's LocalQueue passes Kueue's webhook (``core.kuberay.ray_job_problems``,
   refused with a 403 otherwise), is created suspended (``jobframework.ApplyDefaultForSuspend``) and gets a
   Workload named as Kueue names it (``jobframework/workload_names.go``) with the RayJob's pod sets.
 * Each read of a RayJob or a Workload is ``seconds_per_read`` later, and Kueue acts before KubeRay does:
@@ -35,6 +35,7 @@ from typing import Optional
 from kubernetes import client as k8s
 
 from gke_ray_tpu.core import kueue
+from gke_ray_tpu.core.kuberay import ray_job_problems
 from tests.fakes import FakeKubeRay
 
 START = datetime(2026, 12, 4, 6, 0, 0, tzinfo=timezone.utc)
@@ -92,7 +93,7 @@ class FakeKueue:
 
     def admit_to_queue(self, body: dict) -> dict:
         """Kueue's webhooks on a new RayJob in the queue: refuse, or default ``suspend`` (and give it its UID)."""
-        problems = kueue.kueue_ray_job_problems(body)
+        problems = ray_job_problems(body)
         if problems:
             raise k8s.ApiException(status=403, reason=f'admission webhook "vrayjob.kb.io" denied the request: '
                                                       f'{"; ".join(problems)}')

@@ -101,7 +101,7 @@ def test_every_child_is_parented_takes_the_provider_and_waits_for_what_it_needs(
     objects = kueue_objects(spot)
     assert short(spot.one(CHART).dependencies) == {"queue-kueue-namespace"}
     assert "queue-kueue" in short(objects["ResourceFlavor"].dependencies)
-    assert {"queue-kueue", f"queue-resourceflavor-{NAMES.tpu_flavor}"} <= short(objects["ClusterQueue"].dependencies)
+    assert {"queue-kueue", "queue-tpu-flavor"} <= short(objects["ClusterQueue"].dependencies)
     assert "queue-cluster-queue" in short(objects["LocalQueue"].dependencies)
 
 

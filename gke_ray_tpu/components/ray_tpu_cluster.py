@@ -108,6 +108,10 @@ class RayTpuClusterRef(TypedDict):
     """Whether it scales its slices to zero: a run then brings its own RayCluster and waits minutes for its slices."""
     ray_cluster_spec: NotRequired[pulumi.Input[Mapping[str, Any]]]
     """With scale_to_zero: the RayCluster spec each run brings in its RayJob (RayTpuCluster's rayClusterSpec)."""
+    dcn_interfaces: NotRequired[int]
+    """DCN NICs each TPU worker pod claims, which a TpuQueue counts. Default: what the generation's hosts offer, as RayTpuCluster's."""
+    compute_class: NotRequired[str]
+    """Autopilot: its ComputeClass (a TpuQueue refuses Autopilot's DCN claim, which Kueue cannot count)."""
 
 
 def check_image(image: object, key: str) -> str:
@@ -189,7 +193,9 @@ def cluster_ref(
         elastic_min_slices=spec.elastic_min_slices,
         capacity=spec.capacity.name,
         scale_to_zero=spec.scale_to_zero,
+        dcn_interfaces=spec.dcn_interfaces,
         **per_run,
+        **({"compute_class": spec.compute_class} if spec.compute_class else {}),
     )
 
 

@@ -1,5 +1,6 @@
-"""Kueue for a stack's TPUs: the queue's objects, what a run asks of it, Kueue's rules for a RayJob, and a
-Workload read back as one line for a person.
+"""Kueue for a stack's TPUs: the queue's objects, what a run asks of it and what waiting for it can cost, and a
+Workload read back as one line for a person. Kueue's rules for a RayJob are among the one rule set every RayJob
+passes (``gke_ray_tpu.core.kuberay.ray_job_problems``).
 
 Pure (no Pulumi, no Kubernetes client): the TpuQueue component declares these objects, the submit command
 checks and reads with them, and the tests hold them against Kueue's CRDs and a fake Kueue. Everything here
@@ -140,9 +141,9 @@ def queue_names(ray_cluster_name: str, namespace: str, key: str) -> QueueNames:
     return names
 
 
-def queue_label(names: QueueNames) -> dict:
-    """The label every run of the stack carries, declared or submitted."""
-    return {QUEUE_LABEL: names.local_queue}
+def queue_label(local_queue: str) -> dict:
+    """The label every run of a stack with a queue carries, declared or submitted (``RayJobRun.labels``)."""
+    return {QUEUE_LABEL: local_queue}
 
 
 # --- The queue's objects ---------------------------------------------------------------------------------------
@@ -398,48 +399,7 @@ def queue_quota(ray_cluster_spec: Mapping, slices: int, submission_mode: str, *,
     return {resource: amount for resource, amount in total.items() if resource in kept and amount}
 
 
-# --- Kueue's rules for a RayJob it manages ---------------------------------------------------------------------
-
-def kueue_ray_job_problems(manifest: Mapping, manage_jobs_without_queue_name: bool = False) -> list[str]:
-    """What Kueue's RayJob webhook refuses (``pkg/controller/jobs/rayjob/rayjob_webhook.go`` validateCreate,
-    ``raycluster/common.go`` ValidateCreate, ``jobframework/validation.go`` ValidateJobOnCreate), for a RayJob
-    in a queue. One more, the stack's own: a queued run must bring its cluster, since Kueue lets a RayJob with a
-    clusterSelector through unqueued. Empty: admitted by the webhook."""
-    metadata = manifest.get("metadata") or {}
-    queue = (metadata.get("labels") or {}).get(QUEUE_LABEL)
-    if not queue and not manage_jobs_without_queue_name:
-        return []
-    spec = manifest.get("spec") or {}
-    selector, cluster = spec.get("clusterSelector"), spec.get("rayClusterSpec")
-    problems = []
-    if queue and not _is_dns_subdomain(queue):
-        problems.append(f"the {QUEUE_LABEL} label {queue!r} is not a DNS-1123 subdomain")
-    if selector and cluster:
-        return problems + ["a Kueue-managed RayJob must not use an existing cluster (clusterSelector)"]
-    if selector:
-        return problems + ["Kueue does not queue a RayJob that runs on an existing cluster (clusterSelector)"]
-    if not cluster:
-        return problems + ["a Kueue-managed RayJob without clusterSelector needs rayClusterSpec"]
-    if not spec.get("shutdownAfterJobFinishes"):
-        problems.append("a Kueue-managed RayJob must delete its cluster when it ends (shutdownAfterJobFinishes)")
-    elastic = (metadata.get("annotations") or {}).get(ELASTIC_JOB_ANNOTATION) == "true"
-    if cluster.get("enableInTreeAutoscaling") and not elastic:
-        problems.append(f"a Kueue-managed RayJob may autoscale only as an elastic job ({ELASTIC_JOB_ANNOTATION}: \"true\")")
-    groups = cluster.get("workerGroupSpecs") or []
-    if len(groups) + 1 > MAX_POD_SETS:
-        problems.append(f"{len(groups) + 1} pod sets: Kueue takes at most {MAX_POD_SETS} (the head and "
-                        f"{MAX_POD_SETS - 1} worker groups)")
-    if any(group.get("groupName") == HEAD_POD_SET for group in groups):
-        problems.append(f"a worker group named {HEAD_POD_SET!r}: Kueue reserves it for the head")
-    return problems
-
-
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-def _is_dns_subdomain(value: str) -> bool:
-    return len(value) <= 253 and _DNS_SUBDOMAIN.fullmatch(value) is not None
-
+# --- What Kueue cannot count --------------------------------------------------------------------------------
 
 def claim_problems(claim_template: Mapping) -> list[str]:
     """What Kueue's DRA accounting refuses in a ResourceClaimTemplate a run's pods use (``pkg/dra/claims.go``):
