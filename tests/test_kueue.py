@@ -134,17 +134,18 @@ def test_an_object_with_a_field_kueue_does_not_define_is_refused():
 
 
 def test_kueues_configuration_waits_for_pods_requeues_with_backoff_and_counts_only_the_queues_resources():
-    values = kueue.helm_values(kueue.WaitSettings(timeout_s=900, requeue_limit=2), dcn_nics=True)
+    values = kueue.helm_values(kueue.WaitSettings(timeout_s=900, requeue_limit=2))
     config = yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"])
     assert config["apiVersion"] == "config.kueue.x-k8s.io/v1beta2" and config["kind"] == "Configuration"
     assert config["waitForPodsReady"] == {"timeout": "900s", "blockAdmission": False, "requeuingStrategy": {
         "timestamp": "Eviction", "backoffBaseSeconds": 60, "backoffMaxSeconds": 3600, "backoffLimitCount": 2}}
     assert config["integrations"]["frameworks"] == ["batch/job", "ray.io/rayjob", "ray.io/raycluster"]
-    assert config["resources"] == {"quotaCheckStrategy": "IgnoreUndeclared", "deviceClassMappings": [
-        {"name": "dcn-nic", "deviceClassNames": ["netdev.google.com"]}]}
-    endless = kueue.manager_config(kueue.WaitSettings(requeue_limit=None), dcn_nics=False)
+    assert config["resources"] == {"quotaCheckStrategy": "IgnoreUndeclared"}
+    # The DCN claims of the TPU workers are neither counted nor a reason to refuse a run.
+    assert values["controllerManager"]["featureGates"] == [{"name": "KueueDRAIntegration", "enabled": False},
+                                                           {"name": "KueueDRARejectWorkloadsWhenDRADisabled", "enabled": False}]
+    endless = kueue.manager_config(kueue.WaitSettings(requeue_limit=None))
     assert "backoffLimitCount" not in endless["waitForPodsReady"]["requeuingStrategy"]
-    assert "deviceClassMappings" not in endless["resources"]
 
 
 def test_the_backoff_doubles_up_to_its_cap():

@@ -67,9 +67,10 @@ def test_the_held_clusters_rayjob_passes_the_crd_and_cannot_retry():
 @pytest.mark.parametrize(
     "change, problem",
     [
-        (lambda c: c["workerGroupSpecs"][0].update(groupName="head"), "Kueue refuses a worker group named 'head'"),
-        (lambda c: c.update(enableInTreeAutoscaling=True), "no Ray autoscaler"),
-        (lambda c: c["workerGroupSpecs"].extend(copy.deepcopy(c["workerGroupSpecs"]) * 17), "at most 17 worker groups"),
+        (lambda c: c["workerGroupSpecs"][0].update(groupName="head"), "a worker group named 'head': Kueue reserves it"),
+        (lambda c: c.update(enableInTreeAutoscaling=True), "Ray's autoscaler only as a Kueue elastic job"),
+        (lambda c: c["workerGroupSpecs"].extend(copy.deepcopy(c["workerGroupSpecs"]) * 17),
+         "19 pod sets: Kueue takes at most 18"),
     ],
     ids=["head-group", "autoscaler", "18-groups"],
 )

@@ -66,8 +66,10 @@ def test_kueue_is_installed_from_its_chart_at_the_pinned_version_with_the_stacks
     assert config["waitForPodsReady"]["timeout"] == "900s"
     assert config["waitForPodsReady"]["requeuingStrategy"]["backoffLimitCount"] == 3
     assert {"ray.io/rayjob", "ray.io/raycluster"} <= set(config["integrations"]["frameworks"])
-    # The stack's v6e pods claim 2 DCN NICs each through DRANET: Kueue must be able to count them.
-    assert config["resources"]["deviceClassMappings"] == [{"name": "dcn-nic", "deviceClassNames": ["netdev.google.com"]}]
+    # The stack's v6e pods claim 2 DCN NICs each through DRANET, which the installed Kueue neither counts nor refuses.
+    assert "deviceClassMappings" not in config["resources"]
+    assert chart["values"]["controllerManager"]["featureGates"] == [
+        {"name": "KueueDRAIntegration", "enabled": False}, {"name": "KueueDRARejectWorkloadsWhenDRADisabled", "enabled": False}]
     assert spot.one("kubernetes:core/v1:Namespace").inputs["metadata"] == {"name": "kueue-system"}
     assert (spot.outputs["kueueVersion"], spot.outputs["podsReadyTimeoutS"]) == ("0.19.2", 900)
 
@@ -80,10 +82,9 @@ def test_the_queue_holds_the_stacks_slices_for_its_namespace(spot):
         "cloud.google.com/gke-spot": "true"}
     queue = objects["ClusterQueue"].inputs
     assert queue["metadata"] == {"name": "team-tpus-training"}
-    # 2 slices x 4 hosts x 4 chips, and 2 NICs for each of the 8 hosts; cpu and memory are not counted.
-    assert queue["spec"]["resourceGroups"] == [{"coveredResources": ["google.com/tpu", "dcn-nic"], "flavors": [
-        {"name": NAMES.tpu_flavor, "resources": [{"name": "google.com/tpu", "nominalQuota": 32},
-                                                 {"name": "dcn-nic", "nominalQuota": 16}]}]}]
+    # 2 slices x 4 hosts x 4 chips; cpu, memory and the NICs the hosts claim are not counted.
+    assert queue["spec"]["resourceGroups"] == [{"coveredResources": ["google.com/tpu"], "flavors": [
+        {"name": NAMES.tpu_flavor, "resources": [{"name": "google.com/tpu", "nominalQuota": 32}]}]}]
     assert queue["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "training"}}
     assert objects["LocalQueue"].inputs["metadata"] == {"name": "team-tpus", "namespace": "training"}
     assert objects["LocalQueue"].inputs["spec"] == {"clusterQueue": "team-tpus-training"}
@@ -140,7 +141,8 @@ def test_a_one_slice_flex_start_stack_may_wait_for_gkes_queued_provisioning(tmp_
     ("num_slices=2, scale_to_zero=True", "borrowing_limit=8", "TpuQueueArgs.borrowing_limit", "within a cohort"),
     ("num_slices=2, scale_to_zero=True", 'queueing_strategy="FIFO"', "TpuQueueArgs.queueing_strategy", "StrictFIFO"),
     ("num_slices=2, scale_to_zero=True", "pods_ready_timeout_s=5", "TpuQueueArgs.pods_ready_timeout_s", ">= 60"),
-    ('num_slices=2, scale_to_zero=True, compute_class="tpu-class"', "", "TpuQueueArgs.ray_cluster", "allocationMode All"),
+    ('num_slices=2, scale_to_zero=True, compute_class="tpu-class"', "install_kueue=False", "TpuQueueArgs.ray_cluster",
+     "allocationMode All"),
 ])
 def test_bad_arguments_are_refused_before_anything_is_registered(tmp_path, cluster, queue, key, expected):
     run = OfflineRun()

@@ -41,9 +41,9 @@ class TpuQueueArgs(TypedDict):
     """Inputs of TpuQueue."""
 
     ray_cluster: RayTpuClusterRef
-    """The RayTpuCluster whose runs the queue admits: its namespace holds the LocalQueue, its slice shape is the flavor, its slices the chips (slices x hosts x chips per host) and, with DCN networks, the NICs its workers claim. Its runs must bring their own cluster (scale_to_zero). From Python, the component itself; from other languages, its fields."""
+    """The RayTpuCluster whose runs the queue admits: its namespace holds the LocalQueue, its slice shape is the flavor, its slices the chips (slices x hosts x chips per host). Its runs must bring their own cluster (scale_to_zero). From Python, the component itself; from other languages, its fields."""
     install_kueue: NotRequired[bool]
-    """Install Kueue (Helm chart, namespace kueue-system) with the waiting settings below; false: use the Kueue the cluster already runs (>= 0.16, serving kueue.x-k8s.io/v1beta2, checked at preview), installing nothing, and count cpu and memory too, as such a Kueue checks every resource. Default: true."""
+    """Install Kueue (Helm chart, namespace kueue-system) with the waiting settings below; false: use the Kueue the cluster already runs (>= 0.16, serving kueue.x-k8s.io/v1beta2, checked at preview), installing nothing, and count cpu, memory and the workers' DCN NICs (as dcn-nic, which that Kueue must map netdev.google.com to) too, as such a Kueue checks every resource. Default: true."""
     pods_ready_timeout_s: NotRequired[int]
     """Seconds after admission by which a run's pods must all be ready, else Kueue evicts it (KubeRay deletes its cluster, releasing the slices that came) and requeues it. Only when installing Kueue. Default: 1800, Kueue's."""
     requeue_limit: NotRequired[int]
@@ -115,11 +115,13 @@ def check_args(args: TpuQueueArgs, prefix: str = "TpuQueueArgs.") -> RayClusterS
     if "max_run_duration_s" in args and not queued:
         raise ConfigError(f"{prefix}max_run_duration_s", args["max_run_duration_s"],
                           "unset: it bounds a queued-provisioning request (set queued_provisioning)")
-    if spec.dcn_interfaces:
+    if spec.dcn_interfaces and not args.get("install_kueue", DEFAULT_INSTALL_KUEUE):
+        # The Kueue the stack installs leaves DRA claims uncounted; a cluster's own counts them (core.kueue).
         problems = kueue.claim_problems(resource_claim_template(spec))
         if problems:
-            raise ConfigError(f"{prefix}ray_cluster", spec.name, "a RayTpuCluster whose TPU workers Kueue can count: "
-                                                                   + "; ".join(problems))
+            raise ConfigError(f"{prefix}ray_cluster", spec.name, "a RayTpuCluster whose TPU workers a cluster's own "
+                              "Kueue can count (or install_kueue true: the stack's Kueue counts chips only): "
+                              + "; ".join(problems))
     return spec
 
 
@@ -156,9 +158,10 @@ def sharing(args: TpuQueueArgs, prefix: str = "TpuQueueArgs.") -> Optional[kueue
 
 
 def quota(spec: RayClusterSpec, count_host: bool) -> dict:
-    """The chips (and the NICs they claim) of every slice of the RayTpuCluster, as Kueue counts its runs."""
+    """The chips of every slice of the RayTpuCluster, as Kueue counts its runs; ``count_host`` (a cluster's own
+    Kueue, which counts every resource and DRA claim): their cpu, memory and DCN NICs too."""
     templates = {}
-    if spec.dcn_interfaces:
+    if spec.dcn_interfaces and count_host:
         template = resource_claim_template(spec)
         templates[template["metadata"]["name"]] = template
     return kueue.queue_quota(ray_cluster_spec(spec), spec.num_slices, SUBMISSION_MODE, count_host=count_host,
@@ -214,7 +217,7 @@ class TpuQueue(pulumi.ComponentResource):
         self.kueue = None
         prerequisites: list[Any] = []
         if wait is not None:
-            self.kueue = self._install(name, wait, bool(spec.dcn_interfaces), opts)
+            self.kueue = self._install(name, wait, opts)
             prerequisites.append(self.kueue)
         else:
             prerequisites.append(served_kueue(f"{name}-served-clusterqueue-crd", "TpuQueueArgs.install_kueue",
@@ -258,8 +261,7 @@ class TpuQueue(pulumi.ComponentResource):
             "requeueLimit": self.requeue_limit,
         })
 
-    def _install(self, name: str, wait: kueue.WaitSettings, dcn_nics: bool,
-                 opts: Optional[pulumi.ResourceOptions]) -> pulumi.Resource:
+    def _install(self, name: str, wait: kueue.WaitSettings, opts: Optional[pulumi.ResourceOptions]) -> pulumi.Resource:
         """Kueue's Helm chart at the pinned version, rendered by Pulumi (every object a resource it tracks)."""
         namespace = k8s.core.v1.Namespace(
             f"{name}-kueue-namespace", metadata={"name": kueue.KUEUE_NAMESPACE}, opts=child_options(self, opts))
@@ -268,7 +270,7 @@ class TpuQueue(pulumi.ComponentResource):
             chart=kueue.KUEUE_CHART,
             version=kueue.KUEUE_VERSION,
             namespace=kueue.KUEUE_NAMESPACE,
-            values=kueue.helm_values(wait, dcn_nics),
+            values=kueue.helm_values(wait),
             opts=child_options(self, opts, depends_on=[namespace]),
         )
 

@@ -31,8 +31,13 @@ from gke_ray_tpu.core.kueue import ELASTIC_JOB_ANNOTATION, HEAD_POD_SET, MAX_POD
 
 MIN_KUBERAY = "1.4.0"
 RAYCLUSTER_CRD = "rayclusters.ray.io"
+RAYJOB_CRD = "rayjobs.ray.io"
 MIN_KUBERAY_AUTH = "1.5.1"
-"""The first KubeRay whose RayCluster has ``spec.authOptions`` (Ray token auth)."""
+"""The first KubeRay whose RayCluster has ``spec.authOptions`` (Ray token auth): the floor of a stack that holds
+its RayCluster."""
+MIN_KUBERAY_OWN_CLUSTERS = "1.6.0"
+"""The first KubeRay whose RayJob has ``spec.preRunningDeadlineSeconds``: the floor of a stack whose runs bring
+their own cluster (the fields every manifest sets, checked against each release's CRDs: docs/queues.md)."""
 AUTH_TOKEN_KEY = "auth_token"
 """The key of the token in the Secret KubeRay makes for a cluster with token auth
 (``utils.RAY_AUTH_TOKEN_SECRET_KEY``)."""
@@ -89,6 +94,14 @@ def served_crd_problems(crd: Mapping) -> list[str]:
             "stack declares: its Ray clusters accept jobs from any pod"
         )
     return problems
+
+
+def served_rayjob_problems(crd: Mapping) -> list[str]:
+    """What a served RayJob CRD would silently drop of what a run that brings its own cluster sets; empty: nothing."""
+    if "preRunningDeadlineSeconds" in (_v1_spec_schema(crd).get("properties") or {}):
+        return []
+    return [f"has no preRunningDeadlineSeconds, so its KubeRay is older than {MIN_KUBERAY_OWN_CLUSTERS} and drops "
+            "the deadline every run's RayJob sets: a run that gets no capacity waits for ever"]
 
 
 def head_service_name(cluster_name: str) -> str:

@@ -14,12 +14,16 @@ installs; docs/queues.md says what it means for a run and what stays unverified.
   sidecar when in-tree autoscaling is on, plus the submitter container in SidecarMode), one per worker group
   of ``replicas x numOfHosts`` pods, and a submitter pod set in K8sJobMode.
 * The Kueue the stack installs counts the chips only (``resources.quotaCheckStrategy: IgnoreUndeclared``, a
-  Beta feature on by default in 0.19): its ClusterQueue covers ``google.com/tpu`` (and the DCN NICs the
-  workers claim, since a DRA device class must be mapped to a resource, ``pkg/dra/claims.go``), not cpu and
-  memory. Chips are what the queue is for; the CPU head runs on the stack's CPU pool; and with cpu covered,
-  Kueue would as often name cpu as the chips when it says why a run waits (it walks a pod set's resources
-  in map order, ``pkg/resources/requests.go``). A Kueue installed by someone else checks every resource a pod
-  requests unless told otherwise (``BlockUndeclared``), so a queue there covers cpu and memory as well.
+  Beta feature on by default in 0.19): its ClusterQueue covers ``google.com/tpu``, not cpu and memory. Chips
+  are what the queue is for; the CPU head runs on the stack's CPU pool; and with cpu covered, Kueue would as
+  often name cpu as the chips when it says why a run waits (it walks a pod set's resources in map order,
+  ``pkg/resources/requests.go``). It runs with its DRA accounting off (:data:`FEATURE_GATES`): the DCN NICs a
+  TPU worker claims are its host's own, so the chips already bound them, and with the accounting on Kueue
+  leaves a run inadmissible unless every claimed device class is mapped to a resource, and always for
+  Autopilot's claim of every NIC (``allocationMode: All``, ``pkg/dra/claims.go``). A Kueue installed by someone
+  else checks every resource a pod requests unless told otherwise (``BlockUndeclared``) and counts DRA claims
+  (``KueueDRAIntegration``, on by default since 0.18), so a queue there covers cpu, memory and the NICs
+  (as :data:`DCN_NIC`: that Kueue must map ``netdev.google.com`` to it) as well.
 """
 
 from __future__ import annotations
@@ -56,7 +60,8 @@ MAX_POD_SETS = 18
 HEAD_POD_SET = "head"
 TPU = "google.com/tpu"
 DCN_NIC = "dcn-nic"
-"""The resource the stack's Kueue counts the DRANET NICs a TPU worker claims as (``resources.deviceClassMappings``)."""
+"""The resource a cluster's own Kueue is expected to count the DRANET NICs a TPU worker claims as (its
+``resources.deviceClassMappings``); the Kueue the stack installs does not count them (:data:`FEATURE_GATES`)."""
 NETDEV_DEVICE_CLASS = "netdev.google.com"
 TPU_TOLERATION = {"key": TPU, "operator": "Exists", "effect": "NoSchedule"}
 """GKE taints TPU nodes ``google.com/tpu``; a flavor's tolerations are added to the pods Kueue admits to it.
@@ -69,6 +74,9 @@ IGNORE_UNDECLARED = "IgnoreUndeclared"
 EVICTED_BY_PODS_READY_TIMEOUT = "PodsReadyTimeout"
 STRICT_FIFO, BEST_EFFORT_FIFO = "StrictFIFO", "BestEffortFIFO"
 QUEUEING_STRATEGIES = (STRICT_FIFO, BEST_EFFORT_FIFO)
+FEATURE_GATES = {"KueueDRAIntegration": False, "KueueDRARejectWorkloadsWhenDRADisabled": False}
+"""The installed Kueue's DRA accounting, off (both Beta and on by default since 0.18, ``pkg/features/kube_features.go``):
+with it off Kueue neither counts nor refuses the DCN claims of the TPU workers (``core/workload_controller.go``)."""
 RAY_FRAMEWORKS = ("batch/job", "ray.io/rayjob", "ray.io/raycluster")
 """The integrations the stack's Kueue runs: RayJobs, and RayClusters because an elastic run's cluster gets its
 scheduling gates from the RayCluster webhook (``raycluster_webhook.go``). batch/job is Kueue's own default."""
@@ -263,7 +271,7 @@ class WaitSettings:
         return min(self.backoff_base_s * 2 ** (requeue - 1), self.backoff_max_s)
 
 
-def manager_config(wait: WaitSettings, dcn_nics: bool) -> dict:
+def manager_config(wait: WaitSettings) -> dict:
     """Kueue's Configuration for the Helm chart's ``managerConfig.controllerManagerConfigYaml``.
 
     The chart renders that YAML as the whole configuration (``templates/manager/manager-config.yaml`` adds
@@ -293,14 +301,14 @@ def manager_config(wait: WaitSettings, dcn_nics: bool) -> dict:
         "integrations": {"frameworks": list(RAY_FRAMEWORKS)},
         "resources": {"quotaCheckStrategy": IGNORE_UNDECLARED},
     }
-    if dcn_nics:
-        config["resources"]["deviceClassMappings"] = [{"name": DCN_NIC, "deviceClassNames": [NETDEV_DEVICE_CLASS]}]
     return config
 
 
-def helm_values(wait: WaitSettings, dcn_nics: bool) -> dict:
-    """The chart values the stack sets: its configuration, nothing else (the chart pins the image)."""
-    return {"managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(manager_config(wait, dcn_nics),
+def helm_values(wait: WaitSettings) -> dict:
+    """The chart values the stack sets: its configuration and :data:`FEATURE_GATES` (``controllerManager.featureGates``,
+    ``charts/kueue/values.yaml``), nothing else (the chart pins the image)."""
+    return {"controllerManager": {"featureGates": [{"name": name, "enabled": on} for name, on in FEATURE_GATES.items()]},
+            "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(manager_config(wait),
                                                                             sort_keys=False)}}
 
 
@@ -502,6 +510,20 @@ def waiting_cost(capacity: str, start_slices: int, wait: WaitSettings, *, queued
                        f"each slice's node pool scales on its own: up to {start_slices - 1} can be up while the "
                        f"last never comes, until Kueue's {wait.timeout_s} s timeout evicts the run and GKE "
                        f"removes the nodes (~{scale_down_s} s)")
+
+
+QUEUED_DEADLINE_MARGIN_S = 300
+"""How far a queued run's ``preRunningDeadlineSeconds`` lies past Kueue's PodsReady timeout: KubeRay starts counting
+when it sees the RayJob unsuspended, a moment after Kueue admitted it, so the margin only has to cover Kueue's
+own reconcile; it keeps KubeRay's deadline behind Kueue's eviction whatever the lag."""
+
+
+def queued_pre_running_deadline(timeout_s: Optional[int]) -> int:
+    """A queued run's ``preRunningDeadlineSeconds``: past Kueue's PodsReady timeout (``timeout_s``; None: a
+    cluster's own Kueue, assumed to keep Kueue's default), so Kueue's eviction, which sends the run back to the
+    queue and releases its slices, always comes first; KubeRay's deadline, which fails the run or retries it
+    within the same admission (:func:`deadline_problems`), stays as a backstop should Kueue not wait at all."""
+    return (WaitSettings().timeout_s if timeout_s is None else timeout_s) + QUEUED_DEADLINE_MARGIN_S
 
 
 def deadline_problems(pre_running_deadline_s: Optional[int], backoff_limit: int, wait: WaitSettings) -> list[str]:
