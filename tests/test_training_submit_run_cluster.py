@@ -80,11 +80,11 @@ def kube(monkeypatch):
         holder["tokens"].append(token)
         return holder["kube"].jobs
 
-    def check_kuberay(core, log):
+    def check_kuberay(core, log, own_clusters=False):
         holder["checks"] += 1
 
-    monkeypatch.setattr(port_forward, "kube_apis", lambda context: (holder["kube"].core, holder["kube"].custom))
-    monkeypatch.setattr(port_forward, "_core_api", lambda context: holder["kube"].core)
+    monkeypatch.setattr(port_forward, "kube_apis", lambda context, log=None: (holder["kube"].core, holder["kube"].custom))
+    monkeypatch.setattr(port_forward, "_core_api", lambda context, log=None: holder["kube"].core)
     monkeypatch.setattr(connection, "connect", connect)
     monkeypatch.setattr(connection, "check_kuberay", check_kuberay)
     monkeypatch.setattr(outcome, "report", lambda run_dir, record, title, log: None)
@@ -368,7 +368,7 @@ def test_outputs_that_disagree_on_scaling_to_zero_are_refused(tmp_path, dev_run)
     with pytest.raises(ConfigError, match="rayClusterSpec.*no rayClusterSpec on a stack that holds its slices"):
         stack_outputs.load_file(write(tmp_path, {**dev_run.outputs, "rayClusterSpec": per_run_spec()}))
     autoscaled = {**per_run_spec(), "enableInTreeAutoscaling": True}
-    with pytest.raises(ConfigError, match="a run's cluster spec: a per-run cluster has no Ray autoscaler"):
+    with pytest.raises(ConfigError, match="a run.s cluster spec: a per-run cluster runs Ray.s autoscaler only as a Kueue elastic job"):
         stack_outputs.load_file(write(tmp_path, {**dev_run.outputs, "scaleToZero": True,
                                                  "rayClusterSpec": autoscaled}))
     # Scaling to zero without the spec each run brings: no run could be made (a stack deployed before runs brought

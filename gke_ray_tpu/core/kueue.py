@@ -354,13 +354,16 @@ def _claimed_nics(pod: Mapping, claim_templates: Mapping[str, Mapping]) -> dict[
     return {DCN_NIC: nics} if nics else {}
 
 
-def ray_job_pod_sets(ray_job: Mapping, claim_templates: Optional[Mapping[str, Mapping]] = None) -> list[PodSet]:
+def ray_job_pod_sets(ray_job: Mapping, claim_templates: Optional[Mapping[str, Mapping]] = None, *,
+                     grown: bool = False) -> list[PodSet]:
     """The pod sets Kueue builds for a RayJob that brings its cluster, with each pod's requests.
 
     As ``BuildPodSets`` and ``RayJob.PodSets``: the head (1), plus the autoscaler sidecar with in-tree
     autoscaling and the submitter container in SidecarMode; each worker group as ``replicas`` (default 1) x
     ``numOfHosts``; a submitter pod set in K8sJobMode. ``claim_templates`` (by name) adds the DCN NICs the
-    pods claim. Not modelled: GCS fault tolerance's Redis cleanup (the stack never turns it on)."""
+    pods claim. ``grown``: an elastic run once its cluster has grown to each group's ``maxReplicas`` (what Kueue
+    counts for its last Workload slice). Not modelled: GCS fault tolerance's Redis cleanup (the stack never
+    turns it on)."""
     spec = ray_job.get("spec") or {}
     cluster = spec.get("rayClusterSpec") or {}
     mode = spec.get("submissionMode") or "K8sJobMode"
@@ -375,7 +378,8 @@ def ray_job_pod_sets(ray_job: Mapping, claim_templates: Optional[Mapping[str, Ma
     sets = [PodSet(HEAD_POD_SET, 1, {**pod_requests(head_pod, sidecars), **_claimed_nics(head_pod, templates)})]
     for group in cluster.get("workerGroupSpecs") or []:
         pod = (group.get("template") or {}).get("spec") or {}
-        count = int(group.get("replicas", 1)) * max(int(group.get("numOfHosts", 1)), 1)
+        replicas = group.get("maxReplicas", group.get("replicas", 1)) if grown else group.get("replicas", 1)
+        count = int(replicas) * max(int(group.get("numOfHosts", 1)), 1)
         sets.append(PodSet(group["groupName"], count, {**pod_requests(pod), **_claimed_nics(pod, templates)}))
     if mode == "K8sJobMode":
         submitter = ((spec.get("submitterPodTemplate") or {}).get("spec")
