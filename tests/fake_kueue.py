@@ -90,6 +90,8 @@ class FakeKueue:
         """Workload names, one per eviction for a PodsReady timeout."""
         self.slice_seconds = 0
         """Seconds of TPU slices up (all their hosts), summed over slices: what waiting and training were billed."""
+        self.received: list[dict] = []
+        """Every RayJob as its creator sent it, before Kueue's webhook defaulted it."""
         self.peak_slices: dict[str, int] = {}
         """The most whole slices each RayCluster had up at once."""
         self.flavor_of = {resource: flavor["name"] for group in cluster_queue["spec"]["resourceGroups"]
@@ -440,6 +442,7 @@ class _KueueCustom:
     def create_namespaced_custom_object(self, group, version, namespace, plural, body):
         labels = (body.get("metadata") or {}).get("labels") or {}
         queued = labels.get(kueue.QUEUE_LABEL) == self.queue.queue_name
+        self.queue.received.append(copy.deepcopy(body))
         if queued:
             body = self.queue.admit_to_queue(body)
         created = self.queue.kube.custom.create_namespaced_custom_object(group, version, namespace, plural, body)

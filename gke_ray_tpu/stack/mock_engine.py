@@ -124,7 +124,7 @@ def mock_rayjob_crd() -> dict:
     one: preRunningDeadlineSeconds)."""
     spec = {"preRunningDeadlineSeconds": {"type": "integer", "format": "int32"}, "jobId": {"type": "string"}}
     schema = {"openAPIV3Schema": {"properties": {"spec": {"properties": spec}}}}
-    return {"group": "ray.io", "names": {"kind": "RayJob", "plural": "rayjobs"},
+    return {"group": "ray.io", "names": {"plural": "rayjobs"},
             "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema}]}
 
 
