@@ -24,7 +24,8 @@ from gke_ray_tpu.stack import wiring
 from gke_ray_tpu.stack.component_keys import config_keys
 from gke_ray_tpu.stack.config import config_key, parse_stack_config, raw_pulumi_config
 from gke_ray_tpu.stack.preflight import (
-    check_declared_runs, check_idle_cost, check_planned_run, check_ray_image, check_recreated_slices, first_up,
+    check_declared_runs, check_idle_cost, check_planned_run, check_ray_image, check_recreated_slices, check_waiting_cost,
+    first_up,
 )
 
 cfg = parse_stack_config(raw_pulumi_config())
@@ -34,6 +35,8 @@ check_planned_run(cfg, info=pulumi.log.info, warn=pulumi.log.warn)
 declared = check_declared_runs(cfg, info=pulumi.log.info)
 # What the stack costs idle and training, per capacity mode, and what this update starts, before anything is created.
 pulumi.log.info(first_up(cfg, check_idle_cost(cfg, info=pulumi.log.info, warn=pulumi.log.warn), declared))
+# Where runs wait in the queue: the most one can be billed while its slices do not all come, per capacity mode.
+check_waiting_cost(cfg, info=pulumi.log.info)
 # What this update recreates, against the stack's own last outputs (none before its first update).
 pulumi.StackReference(f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}").outputs.apply(
     lambda deployed: check_recreated_slices(cfg, deployed or {}, warn=pulumi.log.warn)

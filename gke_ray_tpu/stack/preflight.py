@@ -15,16 +15,17 @@ from typing import Callable, Mapping, Optional
 
 from gke_ray_tpu.components.ray_manifests import is_moving_tag
 from gke_ray_tpu.core.errors import ConfigError
-from gke_ray_tpu.core.capacity import CAPACITY_MODES
+from gke_ray_tpu.core import kueue
+from gke_ray_tpu.core.capacity import CAPACITY, CAPACITY_MODES
 from gke_ray_tpu.core.estimates import CostEstimate, HbmBreakdown, estimate_cost, estimate_hbm_from_config, estimate_step_time
 from gke_ray_tpu.core.estimates.mesh import check_kv_head_sharding
 from gke_ray_tpu.core.estimates.cost import CapacityCost, capacity_costs, format_capacity_costs
-from gke_ray_tpu.core.estimates.prices import cpu_machine_usd_per_hour
+from gke_ray_tpu.core.estimates.prices import chip_price, cpu_machine_usd_per_hour
 from gke_ray_tpu.core.maxtext import BASE_DEFAULTS, Value
 from gke_ray_tpu.core.job_spec import COMPILATION_CACHE_DIR, JobSpec, bucket_url, build_job
 from gke_ray_tpu.core.parallelism import check_elastic
 from gke_ray_tpu.core.presets import DEFAULT_PRESET, get_preset
-from gke_ray_tpu.components import gke_cluster
+from gke_ray_tpu.components import gke_cluster, tpu_queue
 from gke_ray_tpu.stack import wiring, xla_check
 from gke_ray_tpu.stack.config import StackConfig, config_key
 
@@ -255,6 +256,63 @@ def check_idle_cost(cfg: StackConfig, info: Callable[[str], None], warn: Callabl
             "minutes for its slices)"
         )
     return costs
+
+
+def check_waiting_cost(cfg: StackConfig, info: Callable[[str], None]) -> list[WaitingCostRow]:
+    """Where runs bring their own cluster and wait in the stack's queue: per capacity mode, the most a run of all
+    the stack's slices can be billed while it waits for slices that do not all come (``core.kueue.waiting_cost``,
+    with the stack's Kueue settings and its chip price). Nothing on a stack that holds its slices."""
+    queue = wiring.queue_args(cfg, wiring.planned_ray_cluster(cfg))
+    if queue is None:
+        return []
+    wait = tpu_queue.wait_settings(queue) or kueue.WaitSettings(requeue_limit=None)
+    try:
+        price = chip_price(cfg.tpu_generation, cfg.region, generation_key=config_key("tpu_generation"),
+                           region_key="gcp:region")
+    except ConfigError as error:
+        info(f"Waiting for slices: not priced ({error})")
+        return []
+    modes = [mode for mode in CAPACITY_MODES if mode != "flex-start" or cfg.shape.generation.flex_start]
+    rows = [waiting_cost_row(cfg, mode, wait, price.usd_per_chip_hour(CAPACITY[mode].spot)) for mode in modes]
+    settings = (f"Kueue's {wait.timeout_s} s PodsReady timeout, "
+                + (f"{wait.requeue_limit} requeue{'s' * (wait.requeue_limit != 1)}" if wait.requeue_limit is not None
+                   else "requeued for ever (the cluster's own Kueue, its settings unknown here)")
+                + f", ~{kueue.SCALE_DOWN_S} s for GKE to remove a slice's idle nodes")
+    lines = [f"Most a run of {cfg.num_slices} x {cfg.shape.pod_type} can be billed while it waits for slices that do "
+             f"not all come ({settings}; ESTIMATE from list prices in {cfg.region}):"]
+    for row in rows:
+        mark = "  <- this stack" if row.capacity == cfg.capacity else ""
+        lines.append(f"  {row.capacity:<12} {row.text}{mark}")
+    info("\n".join(lines))
+    return rows
+
+
+@dataclass(frozen=True)
+class WaitingCostRow:
+    capacity: str
+    cost: kueue.WaitingCost
+    usd: Optional[float]
+    """The bound in dollars (None: unbounded, Kueue requeues for ever)."""
+
+    @property
+    def text(self) -> str:
+        if self.usd is None:
+            return f"no bound: {self.cost.slices_billed} slice(s) x {self.cost.seconds_per_attempt} s per admission, " \
+                   "requeued for ever"
+        if not self.cost.slices_billed or self.usd == 0:
+            return f"$0: {self.cost.why}"
+        hours = self.cost.slice_hours or 0.0
+        bound = "at most " if not CAPACITY[self.capacity].billed_at_list_price else ""
+        return (f"{bound}${self.usd:,.2f}: {self.cost.attempts} admission(s) x {self.cost.slices_billed} slice(s) x "
+                f"{self.cost.seconds_per_attempt / 60:.0f} min = {hours:.2f} slice-hours")
+
+
+def waiting_cost_row(cfg: StackConfig, capacity: str, wait: kueue.WaitSettings, usd_per_chip_hour: float) -> WaitingCostRow:
+    queued = cfg.queued_provisioning and capacity == "flex-start"
+    cost = kueue.waiting_cost(capacity, cfg.num_slices, wait, queued_provisioning=queued)
+    hours = cost.slice_hours
+    usd = None if hours is None else hours * cfg.shape.chips * usd_per_chip_hour
+    return WaitingCostRow(capacity, cost, usd)
 
 
 def check_recreated_slices(cfg: StackConfig, deployed: Mapping[str, object], warn: Callable[[str], None]) -> None:
