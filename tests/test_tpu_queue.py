@@ -245,3 +245,25 @@ def test_preview_says_what_waiting_for_slices_can_bill_per_capacity_mode(run_sta
     assert "spot         $0: GKE brings a slice up whole" in one
     held = [m for level, m in run_stack().logs if "can be billed while it waits" in m]
     assert held == []  # a held stack's slices are up whether a run waits or not
+
+
+def test_from_another_language_the_queue_takes_the_clusters_fields_and_a_run_the_queues(tmp_path):
+    """What the provider passes: the RayTpuCluster's fields (its name an output, known once it exists) and, to a
+    MaxTextRun, the TpuQueue's; the same objects as from Python."""
+    program = tmp_path / "__main__.py"
+    program.write_text(PROGRAM.format(cluster='num_slices=2, elastic_min_slices=1, capacity="spot", scale_to_zero=True',
+                                      queue="").replace("TpuQueueArgs(ray_cluster=ray,", "TpuQueueArgs(ray_cluster=dict(ray.ref),")
+                       + "\nfrom gke_ray_tpu.components import MaxTextRun\n"
+                       "MaxTextRun('run', {'run_name': 'r', 'ray_cluster': dict(ray.ref), 'queue': dict(queue.ref), "
+                       "'elastic': True, 'min_slices': 1, 'overrides': {'steps': 2}}, "
+                       "opts=pulumi.ResourceOptions(providers=[cluster_k8s]))\n")
+    run = run_offline({}, program=program, project="tpu-queue")
+    objects = kueue_objects(run)
+    assert objects["LocalQueue"].inputs["metadata"] == {"name": "team-tpus", "namespace": "training"}
+    assert objects["ClusterQueue"].inputs["spec"]["resourceGroups"][0]["flavors"][0]["resources"] == [
+        {"name": "google.com/tpu", "nominalQuota": 32}]
+    job = run.one("kubernetes:ray.io/v1:RayJob")
+    assert job.inputs["metadata"]["labels"] == {kueue.QUEUE_LABEL: "team-tpus"}
+    assert job.inputs["metadata"]["annotations"] == {kueue.ELASTIC_JOB_ANNOTATION: "true"}
+    assert job.inputs["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] == 1
+    assert "queue-local-queue" in short(job.dependencies)

@@ -9,7 +9,6 @@ for it, GKE's queued provisioning as an admission check. docs/queues.md says wha
 can cost while it waits.
 """
 
-from __future__ import annotations
 
 from typing import Any, NotRequired, Optional, TypedDict
 
