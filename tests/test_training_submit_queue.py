@@ -210,3 +210,13 @@ def test_the_stack_exports_its_queue_for_the_submit_command(run_stack):
 
     assert from_mapping(outputs, "outputs").queue_wait == kueue.WaitSettings(timeout_s=900, requeue_limit=2)
     assert re.fullmatch(r"[a-z0-9-]+", outputs["clusterQueue"])
+
+
+def test_a_countdown_is_no_news():
+    """Kueue's line for a run backing off counts down at every look; said again only when something else changes."""
+    from gke_ray_tpu.training.driver.queue_status import Standing
+
+    at = "evicted for slow slices (its pods were not all ready in time); back in the queue at 06:44:00 UTC (in {} s)"
+    assert Standing(at.format(47), 2).news == Standing(at.format(42), 2).news
+    assert Standing(at.format(47), 2).news != Standing(at.format(47), 1).news
+    assert Standing(at.format(47), 2).said().endswith("(in 47 s) [2 slices]")

@@ -12,6 +12,7 @@ RayJob is created, a run the queue could never admit.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Mapping, Optional
@@ -36,6 +37,14 @@ class Standing:
     def said(self) -> str:
         size = "" if self.slices is None else f" [{self.slices} slice{'s' * (self.slices != 1)}]"
         return f"Kueue: {self.line}{size}"
+
+    @property
+    def news(self) -> str:
+        """What counts as a change: the line less its countdown (``(in 47 s)`` changes at every look)."""
+        return _COUNTDOWN.sub("", self.said())
+
+
+_COUNTDOWN = re.compile(r" \(in \d+ s\)")
 
 
 class RunInQueue:
@@ -110,7 +119,7 @@ class Watch:
         if self.queue.clock() - self.at < self.every_s:
             return
         self.at = self.queue.clock()
-        now = self.queue.standing(self.read()).said()
-        if now != self.said:
-            self.log(now)
-            self.said = now
+        now = self.queue.standing(self.read())
+        if now.news != self.said:
+            self.log(now.said())
+            self.said = now.news

@@ -260,9 +260,11 @@ class RunClusters:
                 return Waited(None, job)
             if self.queue is not None:
                 standing = self.queue.standing(job)
-                if standing.said() != said["queue"]:
+                # In the queue, with no cluster yet, Kueue's line is the one said again after REMIND_S.
+                again = not cluster and self.clock() - said_at >= REMIND_S
+                if standing.news != said["queue"] or again:
                     self.log(standing.said())
-                    said["queue"] = standing.said()
+                    said["queue"], said_at = standing.news, self.clock()
                 if standing.given_up:
                     return Waited(None, job, standing.line)
             waited = self.clock() - (_epoch(status.get("startTime")) or said_at)

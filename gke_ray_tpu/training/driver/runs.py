@@ -279,7 +279,7 @@ class OnOwnClusters:
         from gke_ray_tpu.training.driver import queue_status, run_cluster
 
         return queue_status.Watch(self.runs.queue, lambda: self.runs.read(name), self.log, run_cluster.QUEUE_WATCH_S,
-                                  said=self.runs.queue.standing(self.runs.read(name)).said())
+                                  said=self.runs.queue.standing(self.runs.read(name)).news)
 
     def interrupted(self, sid: str, run_name: str) -> None:
         """Ctrl-C leaves the run going on its own cluster: how to follow it again, and how to stop it."""
