@@ -24,8 +24,8 @@ from gke_ray_tpu.stack import wiring
 from gke_ray_tpu.stack.component_keys import config_keys
 from gke_ray_tpu.stack.config import config_key, parse_stack_config, raw_pulumi_config
 from gke_ray_tpu.stack.preflight import (
-    check_declared_runs, check_idle_cost, check_planned_run, check_ray_image, check_recreated_slices, check_waiting_cost,
-    first_up,
+    check_declared_runs, check_idle_cost, check_planned_run, check_queue_admits, check_ray_image, check_recreated_slices,
+    check_waiting_cost, first_up,
 )
 
 cfg = parse_stack_config(raw_pulumi_config())
@@ -33,6 +33,8 @@ cfg = parse_stack_config(raw_pulumi_config())
 check_planned_run(cfg, info=pulumi.log.info, warn=pulumi.log.warn)
 # The runs this stack declares (applied as RayJobs): one that cannot shard or fit fails here.
 declared = check_declared_runs(cfg, info=pulumi.log.info)
+# ... and one the stack's queue could never admit (it would wait for ever).
+check_queue_admits(cfg)
 # What the stack costs idle and training, per capacity mode, and what this update starts, before anything is created.
 pulumi.log.info(first_up(cfg, check_idle_cost(cfg, info=pulumi.log.info, warn=pulumi.log.warn), declared))
 # Where runs wait in the queue: the most one can be billed while its slices do not all come, per capacity mode.

@@ -171,9 +171,9 @@ class FakeKubeRay:
     per read; once all are ready KubeRay posts the job to the head's Jobs API (``jobs``, a FakeJobsClient: HTTPMode)
     and the RayJob is Running. When that job has ended, the RayJob is Complete (or Failed) and, as
     ``shutdownAfterJobFinishes`` asks, the RayCluster and its pods are deleted. ``slices_never_come``: the worker pods
-    stay pending, the scheduler and the cluster autoscaler say why, and after ``deadline_reads`` reads KubeRay ends
-    the RayJob if it set ``preRunningDeadlineSeconds``. A failed job is retried on a new cluster while the RayJob's
-    ``backoffLimit`` allows. ``slices_that_come``: only that many slices' worker pods come up (the head does), the
+    stay pending, the scheduler and the cluster autoscaler say why, and after ``deadline_reads`` reads the attempt
+    fails if the RayJob set ``preRunningDeadlineSeconds`` (below). A failed job is retried on a new cluster while the
+    RayJob's ``backoffLimit`` allows. ``slices_that_come``: only that many slices' worker pods come up (the head does), the
     others stay pending as with ``slices_never_come``.
 
     ``preRunningDeadlineSeconds`` is KubeRay's per attempt: reaching it is a failure KubeRay retries like any

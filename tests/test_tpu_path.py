@@ -176,7 +176,7 @@ def test_an_elastic_run_started_on_one_slice_takes_the_second_when_it_comes(slic
         assert time.monotonic() < deadline, read_job(cluster.head, sid)[0][-3000:]
         time.sleep(1)
     # The lost slice's hosts must be gone from Ray's view first: a host started again joins as a new node.
-    while len(cluster.head.state("nodes", filters=[("state", "=", "ALIVE")])) > 1 + stack.hosts:
+    while sum(1 for node in cluster.head.state("nodes") if node.state == "ALIVE") > 1 + stack.hosts:
         assert time.monotonic() < deadline, "the lost slice's nodes are still alive in Ray's view"
         time.sleep(1)
     cluster.start_slice(lost)

@@ -267,3 +267,20 @@ def test_from_another_language_the_queue_takes_the_clusters_fields_and_a_run_the
     assert job.inputs["metadata"]["annotations"] == {kueue.ELASTIC_JOB_ANNOTATION: "true"}
     assert job.inputs["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] == 1
     assert "queue-local-queue" in short(job.dependencies)
+
+
+def test_a_declared_run_the_queue_could_never_admit_fails_preview_naming_the_run(dev_config):
+    from decimal import Decimal
+
+    from gke_ray_tpu.stack.config import parse_stack_config
+    from gke_ray_tpu.stack.preflight import check_queue_admits
+    from tests.conftest import with_keys
+
+    cfg = parse_stack_config(with_keys(dev_config, capacity="flex-start"))
+    check_queue_admits(cfg)  # the stack's own queue holds its slices: the run fits
+    names = kueue.queue_names("maxtext-tpu-cluster", "default", "key")
+    smaller = kueue.queue_capacity(kueue.cluster_queue(names, "default", {kueue.TPU: Decimal(16)}))
+    with pytest.raises(ConfigError) as error:
+        check_queue_admits(cfg, smaller)
+    assert (error.value.key, error.value.value) == ("gke-ray-tpu:runs[0]", "baseline-8b")
+    assert "it asks for 32 google.com/tpu, the queue has at most 16" in error.value.expected

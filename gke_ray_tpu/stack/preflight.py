@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional
 
-from gke_ray_tpu.components.ray_manifests import is_moving_tag
+from gke_ray_tpu.components.ray_manifests import is_moving_tag, ray_cluster_spec
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core import kueue
 from gke_ray_tpu.core.capacity import CAPACITY, CAPACITY_MODES
@@ -23,10 +23,12 @@ from gke_ray_tpu.core.estimates.cost import CapacityCost, capacity_costs, format
 from gke_ray_tpu.core.estimates.prices import chip_price, cpu_machine_usd_per_hour
 from gke_ray_tpu.core.maxtext import BASE_DEFAULTS, Value
 from gke_ray_tpu.core.job_spec import COMPILATION_CACHE_DIR, JobSpec, bucket_url, build_job
+from gke_ray_tpu.core.ray_job import SUBMISSION_MODE, with_slices
 from gke_ray_tpu.core.parallelism import check_elastic
 from gke_ray_tpu.core.presets import DEFAULT_PRESET, get_preset
 from gke_ray_tpu.components import gke_cluster, tpu_queue
 from gke_ray_tpu.stack import wiring, xla_check
+from gke_ray_tpu.stack.component_keys import config_keys
 from gke_ray_tpu.stack.config import StackConfig, config_key
 
 
@@ -185,6 +187,32 @@ def check_declared_runs(cfg: StackConfig, info: Callable[[str], None]) -> list[P
         info(f"Declared run {run.run_name} (preset {run.preset}):\n" + text)
         reports.append(report)
     return reports
+
+
+def check_queue_admits(cfg: StackConfig, capacity: Optional[kueue.QueueCapacity] = None) -> None:
+    """Each declared run against the stack's queue (``capacity``: its ClusterQueue's, by default the one the stack
+    declares): a run Kueue could never admit, at its full size, would wait for ever, so it fails preview under
+    its key. A declared run asks for the stack's slices, the queue's quota, so this holds unless the queue is
+    another's (``core.kueue.check_admissible``)."""
+    queue = wiring.queue_args(cfg, wiring.planned_ray_cluster(cfg))
+    if queue is None:
+        return
+    spec = wiring.planned_cluster_spec(cfg)
+    with config_keys(cfg):  # the queue's own rules (a limit without a cohort) name the user's key
+        tpu_queue.check_args(queue)
+        installed = tpu_queue.wait_settings(queue) is not None
+        if capacity is None:
+            names = kueue.queue_names(spec.name, spec.namespace, config_key("ray_cluster_name"))
+            declared = kueue.cluster_queue(names, spec.namespace, tpu_queue.quota(spec, count_host=not installed),
+                                           sharing=tpu_queue.sharing(queue))
+            capacity = kueue.queue_capacity(declared)
+    for index, run in enumerate(cfg.runs):
+        job = cfg.declared_job(index)
+        cluster = with_slices(ray_cluster_spec(spec), job.slices)
+        asked = kueue.usage(kueue.ray_job_pod_sets({"spec": {"submissionMode": SUBMISSION_MODE,
+                                                             "rayClusterSpec": cluster}}))
+        kueue.check_admissible(asked, capacity, f"{config_key('runs')}[{index}]", run.run_name,
+                               ignore_undeclared=installed)
 
 
 def _compiled(cfg: StackConfig, job: JobSpec, key: str, name: str, report: PreflightReport) -> str:
