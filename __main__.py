@@ -1,4 +1,4 @@
-"""The stack: DCN networks, a GKE cluster, one node pool per TPU slice, storage, and the RayCluster (or the spec of the one each run brings).
+"""The stack: DCN networks, a GKE cluster, one node pool per TPU slice, storage, and the RayCluster (or the spec of the one each run brings, and the queue its runs wait in).
 
 Everything is driven by the stack's config (``Pulumi.<stack>.yaml``), validated
 once by :func:`gke_ray_tpu.stack.config.parse_stack_config` before any resource is
@@ -17,6 +17,7 @@ from gke_ray_tpu.components.gke_cluster import GkeRayCluster
 from gke_ray_tpu.components.maxtext_run import MaxTextRun
 from gke_ray_tpu.components.ray_manifests import DASHBOARD_PORT
 from gke_ray_tpu.components.ray_tpu_cluster import RayTpuCluster, served_kuberay
+from gke_ray_tpu.components.tpu_queue import TpuQueue
 from gke_ray_tpu.components.tpu_slice_node_pool import TpuSliceNodePool
 from gke_ray_tpu.components.worker_image import WorkerImage, check_build_daemon
 from gke_ray_tpu.core.job_spec import bucket_url
@@ -25,7 +26,8 @@ from gke_ray_tpu.stack.component_keys import config_keys
 from gke_ray_tpu.stack.cold_start import check_cold_start
 from gke_ray_tpu.stack.config import config_key, parse_stack_config, raw_pulumi_config
 from gke_ray_tpu.stack.preflight import (
-    check_declared_runs, check_idle_cost, check_planned_run, check_ray_image, check_recreated_slices, first_up,
+    check_declared_runs, check_idle_cost, check_planned_run, check_queue_admits, check_ray_image, check_recreated_slices,
+    check_waiting_cost, first_up,
 )
 
 cfg = parse_stack_config(raw_pulumi_config())
@@ -33,8 +35,12 @@ cfg = parse_stack_config(raw_pulumi_config())
 check_planned_run(cfg, info=pulumi.log.info, warn=pulumi.log.warn)
 # The runs this stack declares (applied as RayJobs): one that cannot shard or fit fails here.
 declared = check_declared_runs(cfg, info=pulumi.log.info)
+# ... and one the stack's queue could never admit (it would wait for ever).
+check_queue_admits(cfg)
 # What the stack costs idle and training, per capacity mode, and what this update starts, before anything is created.
 pulumi.log.info(first_up(cfg, check_idle_cost(cfg, info=pulumi.log.info, warn=pulumi.log.warn), declared))
+# Where runs wait in the queue: the most one can be billed while its slices do not all come, per capacity mode.
+check_waiting_cost(cfg, info=pulumi.log.info)
 # What this update recreates, against the stack's own last outputs (none before its first update).
 pulumi.StackReference(f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}").outputs.apply(
     lambda deployed: check_recreated_slices(cfg, deployed or {}, warn=pulumi.log.warn)
@@ -85,18 +91,24 @@ with config_keys(cfg):
 
     # The pods run as the identity's service account and mount its bucket: RayTpuCluster waits for both through them.
     # The node pools are no input of it (Autopilot has none), so it waits for them explicitly.
-    # An existing cluster's KubeRay may be too old to keep token auth: read its CRD now, at preview too.
-    served = [
-        served_kuberay("served-raycluster-crd", cfg.existing_cluster_name, config_key("existing_cluster_name"),
-                       pulumi.ResourceOptions(provider=cluster.provider))
-    ] if cfg.existing_cluster_name else []
+    # The cluster's KubeRay may be too old to keep what the stack sets (token auth, a run's deadline): its CRDs are
+    # read first, at preview on an existing cluster, once the cluster exists on a new one.
+    kuberay_key = "existing_cluster_name" if cfg.existing_cluster_name else "cluster_version"
+    served = [served_kuberay("served-kuberay", getattr(cfg, kuberay_key), config_key(kuberay_key),
+                             cfg.scale_to_zero_or_default, pulumi.ResourceOptions(provider=cluster.provider))]
     ray = RayTpuCluster(
         "ray", wiring.ray_cluster_args(cfg, storage, image),
         opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=slices + served),
     )
+    # Where runs bring their own cluster, they wait in Kueue's queue for the stack's chips.
+    queue_args = wiring.queue_args(cfg, ray)
+    queue = TpuQueue("queue", queue_args, opts=in_cluster) if queue_args is not None else None
 
-    # Each run (its RayJob and its code archive) waits for the RayCluster, or the spec of its own, through its name.
-    runs = [MaxTextRun(f"run-{run.run_name}", wiring.run_args(cfg, index, ray), opts=in_cluster) for index, run in enumerate(cfg.runs)]
+    # Each run (its RayJob and its code archive) waits for the RayCluster, or the spec of its own, through its name,
+    # for its queue through the LocalQueue's, and for the read of the served KubeRay CRDs.
+    runs = [MaxTextRun(f"run-{run.run_name}", wiring.run_args(cfg, index, ray, queue),
+                       opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=served))
+            for index, run in enumerate(cfg.runs)]
 
 # What python -m gke_ray_tpu.training.submit reads (gke_ray_tpu/training/driver/stack_outputs.py checks them).
 STACK_OUTPUTS = {
@@ -128,6 +140,11 @@ STACK_OUTPUTS = {
     # What every run of a scale-to-zero stack brings as its RayJob's rayClusterSpec (null on a held stack).
     "rayClusterSpec": ray.ray_cluster_spec,
     "elasticMinSlices": ray.ref["elastic_min_slices"],
+    # The queue runs wait in (null on a held stack): the submit command labels each run for it and says where it is.
+    "localQueue": queue.local_queue if queue else None,
+    "clusterQueue": queue.cluster_queue if queue else None,
+    "podsReadyTimeoutS": queue.pods_ready_timeout_s if queue else None,
+    "requeueLimit": queue.requeue_limit if queue else None,
     "runs": [
         {"name": run.spec.run_name, "submissionId": run.submission_id, "checkpointDir": run.checkpoint_dir}
         for run in runs

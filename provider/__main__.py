@@ -1,4 +1,4 @@
-"""Hosts the six components as the Pulumi package gke-ray-tpu, for programs in any language.
+"""Hosts the seven components as the Pulumi package gke-ray-tpu, for programs in any language.
 
 pulumi-language-python starts a plugin as ``<venv>/bin/python <plugin dir> <engine address>``
 with the consumer's project as working directory, so only this folder is on sys.path.
@@ -22,6 +22,7 @@ from gke_ray_tpu.components import (  # noqa: E402
     GkeRayCluster,
     MaxTextRun,
     RayTpuCluster,
+    TpuQueue,
     TpuSliceNodePool,
 )
 
@@ -36,7 +37,8 @@ def package_version() -> str:
 
 if __name__ == "__main__":
     component_provider_host(
-        components=[DcnNetworks, GkeRayCluster, TpuSliceNodePool, GcsWorkloadIdentity, RayTpuCluster, MaxTextRun],
+        components=[DcnNetworks, GkeRayCluster, TpuSliceNodePool, GcsWorkloadIdentity, RayTpuCluster, MaxTextRun,
+                    TpuQueue],
         name=PACKAGE,
         version=package_version(),
     )

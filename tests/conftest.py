@@ -19,6 +19,32 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+STACK_CONTEXT = "gke_my-tpu-project_us-east5-b_ray-tpu-multislice"
+"""The kubeconfig context of the dev stack's cluster, as `gcloud container clusters get-credentials` names it."""
+
+
+def write_kubeconfig(path: Path, current: str = STACK_CONTEXT, server: str = "https://203.0.113.10") -> Path:
+    """A kubeconfig with one context, current, for a cluster at ``server`` (a token user: nothing to exec)."""
+    import yaml
+
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": current,
+        "clusters": [{"name": current, "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+        "users": [{"name": current, "user": {"token": "not-a-real-token"}}],
+        "contexts": [{"name": current, "context": {"cluster": current, "user": current}}],
+    }))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def kubeconfig(tmp_path_factory, monkeypatch) -> Path:
+    """Every test sees a kubeconfig whose current context is the dev stack's cluster, never this machine's own
+    (the submit command checks the context before any Kubernetes call; tests fake the calls themselves)."""
+    path = write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    return path
+
+
 @pytest.fixture(scope="session")
 def dev_config() -> dict[str, str]:
     from gke_ray_tpu.stack.mock_engine import load_stack_file

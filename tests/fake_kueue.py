@@ -2,10 +2,11 @@
 
 What it does, and where Kueue does it:
 
-* A RayJob labelled for the stack's LocalQueue passes Kueue's webhook (``core.kueue.kueue_ray_job_problems``,
+* A RayJob labelled for the stack's LocalQueue passes Kueue's webhook (``core.kuberay.ray_job_problems``,
   refused with a 403 otherwise), is created suspended (``jobframework.ApplyDefaultForSuspend``) and gets a
   Workload named as Kueue names it (``jobframework/workload_names.go``) with the RayJob's pod sets.
-* Each read of a RayJob or a Workload is ``seconds_per_read`` later, and Kueue acts before KubeRay does:
+* Each read of a RayJob or a Workload is ``seconds_per_read`` later, and Kueue acts before KubeRay, whose
+  controllers then move every RayJob on (not only the one read):
   - a finished RayJob finishes its Workload, which releases its quota;
   - an admitted Workload's ``PodsReady`` follows the RayJob's ``rayClusterStatus.state`` (``RayJob.PodsReady``,
     ``jobframework.generatePodsReadyCondition``);
@@ -17,10 +18,18 @@ What it does, and where Kueue does it:
     the free quota is admitted (``QuotaReserved``, ``Admitted``, the RayJob unsuspended); one that does not gets
     Kueue's pending message, and under StrictFIFO holds back every run behind it.
 
+* An elastic run (``kueue.x-k8s.io/elastic-job``, in-tree autoscaling): Kueue counts its RayCluster's live size
+  (``raycluster/common.go`` UpdatePodSets); when Ray's autoscaler has raised it, a new Workload slice for the whole
+  new size is queued (named with the job's and the RayCluster's generations, ``GetWorkloadNameExtraPart``) and,
+  once the quota the old slice frees plus the free quota fits it, admitted while the old slice finishes
+  (``WorkloadSliceReplaced``, ``pkg/workloadslicing``); the cluster's pods keep Kueue's scheduling gate until the
+  slice that counts them is admitted (``pkg/controller/elasticjobs/elastic_job_ungater.go``).
+* ``slice_seconds``: for every TPU slice whose hosts are all up, the seconds it was up: what a run is billed for
+  while it waits, as GKE bills a multi-host slice whole (the fake removes a pod's node with the pod).
+
 Only the resources the ClusterQueue covers are counted, as by the stack's Kueue (``IgnoreUndeclared``).
 Conditions, reasons and messages are Kueue's (``apis/kueue/v1beta2/workload_types.go``, ``pkg/scheduler``,
-``pkg/workload``). Not modelled: admission checks (queued provisioning), cohorts and preemption, elastic
-Workload slices, priorities.
+``pkg/workload``). Not modelled: admission checks (queued provisioning), cohorts and preemption, priorities.
 """
 
 from __future__ import annotations
@@ -35,7 +44,11 @@ from typing import Optional
 from kubernetes import client as k8s
 
 from gke_ray_tpu.core import kueue
-from tests.fakes import FakeKubeRay
+from gke_ray_tpu.core.kuberay import ray_job_problems
+from tests.fakes import REPLICA_INDEX_LABEL, FakeKubeRay
+
+REPLACEMENT_FOR = "kueue.x-k8s.io/workload-slice-replacement-for"
+"""The annotation on a new Workload slice naming the slice it replaces (``pkg/workloadslicing``)."""
 
 START = datetime(2026, 12, 4, 6, 0, 0, tzinfo=timezone.utc)
 
@@ -44,9 +57,9 @@ def rfc3339(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def workload_name(job_name: str, uid: str) -> str:
-    """``GetWorkloadNameForOwnerWithGVK`` for a RayJob: ``rayjob-<name>-<sha1(kind, group, name, uid)[:5]>``."""
-    digest = hashlib.sha1("\n".join(["RayJob", "ray.io", job_name, uid]).encode()).hexdigest()
+def workload_name(job_name: str, uid: str, extra: str = "") -> str:
+    """``GenerateWorkloadNameWithExtra`` for a RayJob: ``rayjob-<name>-<sha1(kind, group, name, uid[, extra])[:5]>``."""
+    digest = hashlib.sha1("\n".join(["RayJob", "ray.io", job_name, uid, *([extra] if extra else [])]).encode()).hexdigest()
     return f"rayjob-{job_name}-{digest[:5]}"
 
 
@@ -65,6 +78,7 @@ class FakeKueue:
     def __init__(self, kube: FakeKubeRay, cluster_queue: dict, local_queue: dict, *,
                  wait: kueue.WaitSettings = kueue.WaitSettings(), seconds_per_read: int = 60):
         self.kube = kube
+        kube.seconds_per_read = seconds_per_read
         self.cluster_queue = cluster_queue
         self.local_queue = local_queue
         self.wait = wait
@@ -74,6 +88,12 @@ class FakeKueue:
         self.events: list[k8s.CoreV1Event] = []
         self.evictions: list[str] = []
         """Workload names, one per eviction for a PodsReady timeout."""
+        self.slice_seconds = 0
+        """Seconds of TPU slices up (all their hosts), summed over slices: what waiting and training were billed."""
+        self.received: list[dict] = []
+        """Every RayJob as its creator sent it, before Kueue's webhook defaulted it."""
+        self.peak_slices: dict[str, int] = {}
+        """The most whole slices each RayCluster had up at once."""
         self.flavor_of = {resource: flavor["name"] for group in cluster_queue["spec"]["resourceGroups"]
                           for flavor in group["flavors"] for resource in group["coveredResources"]}
         self.quota = kueue.queue_capacity(cluster_queue).most
@@ -92,7 +112,7 @@ class FakeKueue:
 
     def admit_to_queue(self, body: dict) -> dict:
         """Kueue's webhooks on a new RayJob in the queue: refuse, or default ``suspend`` (and give it its UID)."""
-        problems = kueue.kueue_ray_job_problems(body)
+        problems = ray_job_problems(body)
         if problems:
             raise k8s.ApiException(status=403, reason=f'admission webhook "vrayjob.kb.io" denied the request: '
                                                       f'{"; ".join(problems)}')
@@ -101,23 +121,37 @@ class FakeKueue:
         body["metadata"]["uid"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{body['metadata']['name']}/{len(self.workloads)}"))
         return body
 
-    def create_workload(self, job: dict) -> None:
+    def create_workload(self, job: dict, counts: Optional[dict] = None, replaces: Optional[dict] = None) -> dict:
+        """The Workload of ``job``; ``counts`` (pod set -> pods): an elastic run's new size, as a slice that
+        ``replaces`` the admitted one."""
         name, uid = job["metadata"]["name"], job["metadata"]["uid"]
-        pod_sets = [{"name": s.name, "count": s.count, "template": self._template(job, s.name)}
+        elastic = _elastic(job)
+        extra = "" if not elastic else ("1" if replaces is None else f"1_{self._generation(job)}")
+        pod_sets = [{"name": s.name, "count": (counts or {}).get(s.name, s.count), "template": self._template(job, s.name)}
                     for s in kueue.ray_job_pod_sets(job)]
-        self.workloads[workload_name(name, uid)] = {
+        workload = {
             "apiVersion": kueue.API_VERSION, "kind": "Workload",
             "metadata": {
-                "name": workload_name(name, uid), "namespace": job["metadata"]["namespace"],
+                "name": workload_name(name, uid, extra), "namespace": job["metadata"]["namespace"],
                 "labels": {kueue.JOB_UID_LABEL: uid}, "creationTimestamp": rfc3339(self.now),
+                "annotations": {kueue.ELASTIC_JOB_ANNOTATION: "true"} if elastic else {},
                 "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": name, "uid": uid,
                                      "controller": True, "blockOwnerDeletion": True}],
             },
             "spec": {"queueName": self.queue_name, "podSets": pod_sets, "active": True},
             "status": {},
         }
+        if replaces is not None:
+            workload["metadata"]["annotations"][REPLACEMENT_FOR] = (
+                f"{replaces['metadata']['namespace']}/{replaces['metadata']['name']}")
+        self.workloads[workload["metadata"]["name"]] = workload
         self._event("RayJob", name, "Normal", "CreatedWorkload",
-                    f"Created Workload: {job['metadata']['namespace']}/{workload_name(name, uid)}")
+                    f"Created Workload: {job['metadata']['namespace']}/{workload['metadata']['name']}")
+        return workload
+
+    def _generation(self, job: dict) -> int:
+        """The RayCluster's generation: 1, and one more for each size Ray's autoscaler gave it."""
+        return 1 + sum(1 for w in self.workloads.values() if self._job(w) is job)
 
     @staticmethod
     def _template(job: dict, pod_set: str) -> dict:
@@ -131,9 +165,37 @@ class FakeKueue:
 
     def tick(self) -> None:
         self.seconds += self.seconds_per_read
-        for workload in self.workloads.values():
+        self._bill()
+        for workload in list(self.workloads.values()):
             self._sync(workload)
         self._schedule()
+        for job in list(self.kube.ray_jobs.values()):
+            self.kube.advance(job)
+        self._ungate()
+
+    def _bill(self) -> None:
+        for cluster, spec in self.kube.ray_clusters.items():
+            up = 0
+            for group in spec["workerGroupSpecs"]:
+                for replica in range(group["replicas"]):
+                    hosts = [p for p in self.kube.pods.values() if p.metadata.labels["ray.io/cluster"] == cluster
+                             and p.metadata.labels.get(REPLICA_INDEX_LABEL) == str(replica)]
+                    if len(hosts) == group["numOfHosts"] and all(p.status.phase == "Running" for p in hosts):
+                        up += 1
+            self.slice_seconds += up * self.seconds_per_read
+            self.peak_slices[cluster] = max(up, self.peak_slices.get(cluster, 0))
+
+    def _ungate(self) -> None:
+        """Kueue's ungater: an admitted elastic slice's pods may schedule, as many as it counts."""
+        for workload in self.workloads.values():
+            conditions = _conditions(workload)
+            if not _is(conditions, "Admitted") or _is(conditions, "Finished") or _is(conditions, "Evicted"):
+                continue
+            cluster = ((self._job(workload).get("status") or {}).get("rayClusterName")) or ""
+            if cluster in self.kube.ray_clusters:
+                for pod_set in workload["spec"]["podSets"]:
+                    group = "headgroup" if pod_set["name"] == kueue.HEAD_POD_SET else pod_set["name"]
+                    self.kube.ungate(cluster, group, pod_set["count"])
 
     def _job(self, workload: dict) -> dict:
         return self.kube.ray_jobs[workload["metadata"]["ownerReferences"][0]["name"]]
@@ -160,6 +222,20 @@ class FakeKueue:
                 self._set(workload, "PodsReady", True, "Started", "All pods reached readiness and the workload is running")
             elif not ready and self._timed_out(conditions):
                 self._evict(workload, job)
+            elif ready:
+                self._follow_growth(workload, job)
+
+    def _follow_growth(self, workload: dict, job: dict) -> None:
+        """An elastic run whose RayCluster Ray's autoscaler made larger: a new slice for the whole new size."""
+        spec = self.kube.ray_clusters.get((job.get("status") or {}).get("rayClusterName") or "")
+        if not _elastic(job) or spec is None or not spec.get("enableInTreeAutoscaling"):
+            return
+        live = {g["groupName"]: g["replicas"] * g["numOfHosts"] for g in spec["workerGroupSpecs"]}
+        counted = {s["name"]: s["count"] for s in workload["spec"]["podSets"]}
+        pending = [w for w in self.workloads.values() if (w["metadata"].get("annotations") or {}).get(REPLACEMENT_FOR)
+                   == f"{workload['metadata']['namespace']}/{workload['metadata']['name']}"]
+        if not pending and any(counted.get(group, count) != count for group, count in live.items()):
+            self.create_workload(job, counts=live, replaces=workload)
 
     def _timed_out(self, conditions: dict) -> bool:
         if _is(conditions, "PodsReady"):
@@ -208,6 +284,16 @@ class FakeKueue:
 
     # --- admission -------------------------------------------------------------------------------------------
 
+    def _replaced(self, workload: dict) -> Optional[dict]:
+        """The admitted slice a new elastic slice replaces, if it is one."""
+        key = (workload["metadata"].get("annotations") or {}).get(REPLACEMENT_FOR)
+        return self.workloads.get(key.split("/", 1)[1]) if key else None
+
+    def _usage(self, workload: dict) -> dict:
+        """What a Workload takes of the queue: its pod sets' counts of the RayJob's pods."""
+        requests = {s.name: s.requests for s in kueue.ray_job_pod_sets(self._job(workload))}
+        return kueue.usage(kueue.PodSet(s["name"], s["count"], requests[s["name"]]) for s in workload["spec"]["podSets"])
+
     def _queue_order(self) -> list[dict]:
         def waiting(w: dict) -> bool:
             conditions = _conditions(w)
@@ -227,14 +313,20 @@ class FakeKueue:
         free = dict(self.quota)
         for workload in self.workloads.values():
             if _is(_conditions(workload), "QuotaReserved") and not _is(_conditions(workload), "Finished"):
-                for resource, amount in kueue.usage(kueue.ray_job_pod_sets(self._job(workload))).items():
+                for resource, amount in self._usage(workload).items():
                     if free.get(resource) is not None:
                         free[resource] -= amount
         return free
 
     def _schedule(self) -> None:
         for workload in self._queue_order():
-            message = self._no_fit(workload, self._free())
+            free = self._free()
+            replaced = self._replaced(workload)
+            if replaced is not None:  # the old slice's quota is the new one's to take
+                for resource, amount in self._usage(replaced).items():
+                    if free.get(resource) is not None:
+                        free[resource] += amount
+            message = self._no_fit(workload, free)
             if message is None:
                 self._admit(workload)
                 continue
@@ -246,7 +338,8 @@ class FakeKueue:
     def _no_fit(self, workload: dict, free: dict) -> Optional[str]:
         """Kueue's message for the first pod set that does not fit (``flavorassigner.go``), or None."""
         asked: dict[str, Decimal] = {}
-        for pod_set in kueue.ray_job_pod_sets(self._job(workload)):
+        requests = {s.name: s.requests for s in kueue.ray_job_pod_sets(self._job(workload))}
+        for pod_set in (kueue.PodSet(s["name"], s["count"], requests[s["name"]]) for s in workload["spec"]["podSets"]):
             for resource, amount in pod_set.requests.items():
                 if resource not in self.flavor_of:  # the stack's Kueue ignores what its queue does not cover
                     continue
@@ -268,7 +361,8 @@ class FakeKueue:
         queue = self.cluster_queue["metadata"]["name"]
         job = self._job(workload)
         assignments = []
-        for pod_set in kueue.ray_job_pod_sets(job):
+        requests = {s.name: s.requests for s in kueue.ray_job_pod_sets(job)}
+        for pod_set in (kueue.PodSet(s["name"], s["count"], requests[s["name"]]) for s in workload["spec"]["podSets"]):
             counted = {r: a for r, a in pod_set.requests.items() if r in self.flavor_of}
             assignment: dict = {"name": pod_set.name, "count": pod_set.count}
             if counted:
@@ -289,6 +383,11 @@ class FakeKueue:
                     f"Quota reserved in ClusterQueue {queue}, wait time since queued was {waited:.0f}s")
         self._event("Workload", name, "Normal", "Admitted",
                     f"Admitted by ClusterQueue {queue}, wait time since reservation was 0s")
+        replaced = self._replaced(workload)
+        if replaced is not None:  # a larger size of a running elastic run: its cluster is ready already
+            self._set(replaced, "Finished", True, "WorkloadSliceReplaced", "Replaced to accommodate a new workload slice")
+            self._set(workload, "PodsReady", True, "Started", "All pods reached readiness and the workload is running")
+            return
         job["spec"]["suspend"] = False
         self._event("RayJob", job["metadata"]["name"], "Normal", "Started", f"Admitted by clusterQueue {queue}")
 
@@ -326,6 +425,10 @@ def _conditions(workload: dict) -> dict:
     return {c["type"]: c for c in workload["status"].get("conditions") or []}
 
 
+def _elastic(job: dict) -> bool:
+    return (job["metadata"].get("annotations") or {}).get(kueue.ELASTIC_JOB_ANNOTATION) == "true"
+
+
 def _is(conditions: dict, kind: str) -> bool:
     return (conditions.get(kind) or {}).get("status") == "True"
 
@@ -339,6 +442,7 @@ class _KueueCustom:
     def create_namespaced_custom_object(self, group, version, namespace, plural, body):
         labels = (body.get("metadata") or {}).get("labels") or {}
         queued = labels.get(kueue.QUEUE_LABEL) == self.queue.queue_name
+        self.queue.received.append(copy.deepcopy(body))
         if queued:
             body = self.queue.admit_to_queue(body)
         created = self.queue.kube.custom.create_namespaced_custom_object(group, version, namespace, plural, body)
@@ -347,13 +451,23 @@ class _KueueCustom:
         return created
 
     def get_namespaced_custom_object(self, group, version, namespace, plural, name):
-        self.queue.tick()
+        self.queue.tick()  # KubeRay and Kueue both act on every object, the one read among them
         if group == "kueue.x-k8s.io":
             assert (version, plural) == ("v1beta2", "workloads")
             if name not in self.queue.workloads:
                 raise k8s.ApiException(status=404, reason="Not Found")
             return self.queue.workloads[name]
-        return self.queue.kube.custom.get_namespaced_custom_object(group, version, namespace, plural, name)
+        assert (group, version, plural) == ("ray.io", "v1", "rayjobs")
+        if name not in self.queue.kube.ray_jobs:
+            raise k8s.ApiException(status=404, reason="Not Found")
+        self.queue.kube.reads += 1
+        return self.queue.kube.ray_jobs[name]
+
+    def get_cluster_custom_object(self, group, version, plural, name):
+        assert (group, version, plural) == ("kueue.x-k8s.io", "v1beta2", "clusterqueues")
+        if name != self.queue.cluster_queue["metadata"]["name"]:
+            raise k8s.ApiException(status=404, reason="Not Found")
+        return self.queue.cluster_queue
 
     def list_namespaced_custom_object(self, group, version, namespace, plural, label_selector=None):
         if group != "kueue.x-k8s.io":

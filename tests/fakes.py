@@ -6,6 +6,9 @@ import base64
 
 from kubernetes import client as k8s
 
+ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
+"""Kueue's annotation of an elastic job, and the name of the scheduling gate its RayCluster webhook puts on it."""
+
 
 class FakeCoreV1:
     """The CoreV1Api calls of the submit path, for a RayCluster ``c`` and its head service ``head-svc``.
@@ -168,26 +171,49 @@ class FakeKubeRay:
     per read; once all are ready KubeRay posts the job to the head's Jobs API (``jobs``, a FakeJobsClient: HTTPMode)
     and the RayJob is Running. When that job has ended, the RayJob is Complete (or Failed) and, as
     ``shutdownAfterJobFinishes`` asks, the RayCluster and its pods are deleted. ``slices_never_come``: the worker pods
-    stay pending, the scheduler and the cluster autoscaler say why, and after ``deadline_reads`` reads KubeRay ends
-    the RayJob if it set ``preRunningDeadlineSeconds``. A failed job is retried on a new cluster while the RayJob's
-    ``backoffLimit`` allows. ``slices_that_come``: only that many slices' worker pods come up (the head does), the
+    stay pending, the scheduler and the cluster autoscaler say why, and after ``deadline_reads`` reads the attempt
+    fails if the RayJob set ``preRunningDeadlineSeconds`` (below). A failed job is retried on a new cluster while the
+    RayJob's ``backoffLimit`` allows. ``slices_that_come``: only that many slices' worker pods come up (the head does), the
     others stay pending as with ``slices_never_come``.
+
+    ``preRunningDeadlineSeconds`` is KubeRay's per attempt: reaching it is a failure KubeRay retries like any
+    other while ``backoffLimit`` allows, on a new cluster with the deadline counted again
+    (``rayjob_controller.go``: ``PreRunningDeadlineExceeded`` is not among the reasons exempt from retries), so a run
+    with no capacity can wait ``backoffLimit + 1`` deadlines; ``deadline_reads`` stands for one.
 
     A RayJob with ``spec.suspend`` (Kueue's, until it admits the run) is held as KubeRay holds it
     (``rayjob_controller.go``): no cluster while ``Suspended``; suspending one that is ``Initializing`` or
     ``Running`` deletes its cluster and clears its cluster and job status; unsuspended, it starts again from
     ``New``, with a new cluster. Once every pod is ready the RayJob's ``rayClusterStatus.state`` is ``ready``
-    (what Kueue reads as the run's pods being ready).
+    (what Kueue reads as the run's pods being ready), and stays so (``calculateStatus`` never sets a ready
+    cluster back).
+
+    Each cluster is a RayCluster (``ray_clusters``: its spec, whose worker group's ``replicas`` KubeRay keeps in
+    pods). An elastic run's cluster (``kueue.x-k8s.io/elastic-job``, which KubeRay copies from the RayJob) has
+    every pod template gated by Kueue's ``kueue.x-k8s.io/elastic-job`` scheduling gate, as Kueue's RayCluster
+    webhook sets it (``raycluster_webhook.go``): a gated pod is never scheduled until Kueue ungates it
+    (:meth:`ungate`). ``grows_after``: that many reads after such a run's job started, Ray's autoscaler raises
+    the group's ``replicas`` to ``maxReplicas`` (Ray Train asked for every slice) and KubeRay creates their pods.
+    ``ends_after``: RayJob name -> reads after its job started when its job ends, for runs nobody follows.
     """
 
     CREATED = "2026-12-04T06:00:00Z"
 
     def __init__(self, jobs: FakeJobsClient, *, slices_never_come: bool = False, deadline_reads: int = 6,
-                 slices_that_come: int | None = None):
+                 slices_that_come: int | None = None, grows_after: int | None = None,
+                 ends_after: dict[str, int] | None = None):
         self.jobs = jobs
         self.slices_never_come = slices_never_come
         self.slices_that_come = slices_that_come
         self.deadline_reads = deadline_reads
+        self.grows_after = grows_after
+        self.ends_after = dict(ends_after or {})
+        self.ray_clusters: dict[str, dict] = {}
+        """Each live RayCluster's spec, as the RayJob's (and, for an elastic run, Kueue's webhook) made it."""
+        self.seconds_per_read: int | None = None
+        """Seconds between two reads where a clock runs (behind the fake Kueue): the deadline is then counted in
+        seconds, as KubeRay counts it, rather than in ``deadline_reads``."""
+        self.running_reads: dict[str, int] = {}
         self.ray_jobs: dict[str, dict] = {}
         self.created: list[dict] = []
         """Every RayJob as it was created."""
@@ -215,17 +241,12 @@ class FakeKubeRay:
             cluster = f"{name}-x7k2p{status.get('failed') or ''}{self.admissions.get(name) or ''}"
             status.update(jobDeploymentStatus="Initializing", rayClusterName=cluster, startTime=self.CREATED,
                           jobId=spec["jobId"])
-            self.clusters.add(cluster)
-            self._pod(cluster, f"{cluster}-head", "head")
-            for group in spec["rayClusterSpec"]["workerGroupSpecs"]:
-                for host in range(group["replicas"] * group["numOfHosts"]):
-                    self._pod(cluster, f"{cluster}-{group['groupName']}-worker-{host}", "worker",
-                              replica=host // group["numOfHosts"])
+            self._create_cluster(job, cluster)
             return
         cluster = status["rayClusterName"]
         if state == "Initializing":
             self.waits[name] = self.waits.get(name, 0) + 1
-            pending = [p for p in self._pods_of(cluster) if p.status.phase == "Pending"]
+            pending = [p for p in self._pods_of(cluster) if p.status.phase == "Pending" and not p.spec.scheduling_gates]
             if self.slices_never_come:
                 self._unschedulable(cluster)
                 self._check_pre_running_deadline(job)
@@ -235,16 +256,19 @@ class FakeKubeRay:
                 _run(sorted(coming, key=lambda p: (p.metadata.labels["ray.io/node-type"] != "head",
                                                    p.metadata.name))[0])
                 return
-            if pending:  # the slices that come are up; the others never will
-                self._unschedulable(cluster)
+            if pending or any(p.status.phase == "Pending" for p in self._pods_of(cluster)):
+                if pending:  # the slices that come are up; the others never will
+                    self._unschedulable(cluster)
                 self._check_pre_running_deadline(job)
                 return
             # Every pod is ready: KubeRay posts the job (HTTPMode).
+            self.running_reads[name] = 0
             self.jobs.jobs[spec["jobId"]] = "RUNNING"
             self.jobs.submitted.append(dict(submission_id=spec["jobId"], entrypoint=spec["entrypoint"],
                                             runtime_env_yaml=spec["runtimeEnvYAML"], cluster=cluster))
             status.update(jobDeploymentStatus="Running", jobStatus="RUNNING", rayClusterStatus={"state": "ready"})
             return
+        self._while_running(job, status["rayClusterName"])
         ray_status = self.jobs.jobs.get(spec["jobId"], "RUNNING")
         if ray_status == "FAILED" and (status.get("failed") or 0) < spec.get("backoffLimit", 0):
             # A retry: a new cluster, whose Jobs API has not seen the job yet.
@@ -259,13 +283,74 @@ class FakeKubeRay:
                           reason="" if ray_status == "SUCCEEDED" else "AppFailed")
             self._delete_cluster(job)
 
+    def _create_cluster(self, job: dict, cluster: str) -> None:
+        """KubeRay's RayCluster for the RayJob (an elastic one gated by Kueue's webhook), and its pods."""
+        import copy
+
+        spec = copy.deepcopy(job["spec"]["rayClusterSpec"])
+        if (job["metadata"].get("annotations") or {}).get(ELASTIC_JOB_ANNOTATION) == "true":
+            for template in [spec["headGroupSpec"]["template"], *(g["template"] for g in spec["workerGroupSpecs"])]:
+                template["spec"]["schedulingGates"] = [{"name": ELASTIC_JOB_ANNOTATION}]
+        self.ray_clusters[cluster] = spec
+        self.clusters.add(cluster)
+        self._pod(cluster, f"{cluster}-head", "head", gated=self._gated(spec["headGroupSpec"]))
+        for group in spec["workerGroupSpecs"]:
+            self._worker_pods(cluster, group, 0)
+
+    def _worker_pods(self, cluster: str, group: dict, first_replica: int) -> None:
+        for host in range(first_replica * group["numOfHosts"], group["replicas"] * group["numOfHosts"]):
+            self._pod(cluster, f"{cluster}-{group['groupName']}-worker-{host}", "worker",
+                      replica=host // group["numOfHosts"], gated=self._gated(group))
+
+    @staticmethod
+    def _gated(group: dict) -> bool:
+        return bool(group["template"]["spec"].get("schedulingGates"))
+
+    def _while_running(self, job: dict, cluster: str) -> None:
+        """A running run's cluster: the autoscaler's growth, ungated pods coming up, a job nobody follows ending."""
+        name = job["metadata"]["name"]
+        self.running_reads[name] = self.running_reads.get(name, 0) + 1
+        spec = self.ray_clusters.get(cluster)
+        if spec is None:
+            return
+        for group in spec["workerGroupSpecs"]:
+            if (spec.get("enableInTreeAutoscaling") and self.grows_after is not None
+                    and self.running_reads[name] >= self.grows_after and group["replicas"] < group["maxReplicas"]):
+                first, group["replicas"] = group["replicas"], group["maxReplicas"]
+                self._worker_pods(cluster, group, first)
+        coming = sorted(p.metadata.name for p in self._pods_of(cluster)
+                        if p.status.phase == "Pending" and not p.spec.scheduling_gates and self._comes(p))
+        if coming:
+            _run(self.pods[coming[0]])
+        if name in self.ends_after and self.running_reads[name] >= self.ends_after[name]:
+            self.jobs.jobs[job["spec"]["jobId"]] = "SUCCEEDED"
+
+    def ungate(self, cluster: str, group_name: str, count: int) -> None:
+        """Kueue's ungater: the first ``count`` pods of a group (the head's group: ``headgroup``) may schedule."""
+        pods = sorted((p for p in self._pods_of(cluster) if p.metadata.labels.get("ray.io/group") == group_name),
+                      key=lambda p: p.metadata.name)
+        for pod in pods[:count]:
+            pod.spec.scheduling_gates = None
+
     def _check_pre_running_deadline(self, job: dict) -> None:
+        """KubeRay's ``preRunningDeadlineSeconds``, reached: a failure, retried on a new cluster while
+        ``backoffLimit`` allows (``deadline_reads`` anew), else the RayJob's end."""
         spec, status = job["spec"], job["status"]
-        if self.waits[job["metadata"]["name"]] >= self.deadline_reads and spec.get("preRunningDeadlineSeconds"):
-            status.update(jobDeploymentStatus="Failed", reason="PreRunningDeadlineExceeded",
-                          message=f"the RayJob did not reach Running within "
-                                  f"{spec['preRunningDeadlineSeconds']} seconds", endTime=self.CREATED)
-            self._delete_cluster(job)
+        name = job["metadata"]["name"]
+        reads = (self.deadline_reads if self.seconds_per_read is None
+                 else -(-spec.get("preRunningDeadlineSeconds", 0) // self.seconds_per_read))
+        if self.waits[name] < reads or not spec.get("preRunningDeadlineSeconds"):
+            return
+        message = f"the RayJob did not reach Running within {spec['preRunningDeadlineSeconds']} seconds"
+        if (status.get("failed") or 0) < spec.get("backoffLimit", 0):
+            status.update(jobDeploymentStatus="Retrying", failed=(status.get("failed") or 0) + 1, rayClusterStatus={},
+                          reason="PreRunningDeadlineExceeded", message=message)
+            self._delete_cluster(job, retrying=True)
+            self.waits.pop(name, None)
+            return
+        status.update(jobDeploymentStatus="Failed", reason="PreRunningDeadlineExceeded", message=message,
+                      endTime=self.CREATED)
+        self._delete_cluster(job)
 
     def _comes(self, pod: k8s.V1Pod) -> bool:
         labels = pod.metadata.labels
@@ -294,17 +379,21 @@ class FakeKubeRay:
         if retrying or job["spec"].get("shutdownAfterJobFinishes"):
             cluster = job["status"]["rayClusterName"]
             self.clusters.discard(cluster)
+            self.ray_clusters.pop(cluster, None)
             for pod_name in [n for n, p in self.pods.items() if p.metadata.labels["ray.io/cluster"] == cluster]:
                 del self.pods[pod_name]
 
-    def _pod(self, cluster: str, name: str, node_type: str, replica: int | None = None) -> None:
-        labels = {"ray.io/cluster": cluster, "ray.io/node-type": node_type}
+    def _pod(self, cluster: str, name: str, node_type: str, replica: int | None = None, gated: bool = False) -> None:
+        labels = {"ray.io/cluster": cluster, "ray.io/node-type": node_type,
+                  "ray.io/group": "headgroup" if node_type == "head" else name.split("-worker-")[0][len(cluster) + 1:]}
         if replica is not None:
             labels[REPLICA_INDEX_LABEL] = str(replica)
+        gates = [k8s.V1PodSchedulingGate(name=ELASTIC_JOB_ANNOTATION)] if gated else None
         self.pods[name] = k8s.V1Pod(
             metadata=k8s.V1ObjectMeta(name=name, labels=labels),
             spec=k8s.V1PodSpec(containers=[k8s.V1Container(
-                name="ray-head", ports=[k8s.V1ContainerPort(container_port=8265, name="dashboard")])]),
+                name="ray-head", ports=[k8s.V1ContainerPort(container_port=8265, name="dashboard")])],
+                scheduling_gates=gates),
             status=k8s.V1PodStatus(phase="Pending", conditions=[k8s.V1PodCondition(type="Ready", status="False")]),
         )
 
@@ -312,8 +401,8 @@ class FakeKubeRay:
         return [p for p in self.pods.values() if p.metadata.labels["ray.io/cluster"] == cluster]
 
     def _unschedulable(self, cluster: str) -> None:
-        first = sorted(p.metadata.name for p in self._pods_of(cluster)
-                       if "worker" in p.metadata.name and p.status.phase == "Pending")[0]
+        first = sorted(p.metadata.name for p in self._pods_of(cluster) if "worker" in p.metadata.name
+                       and p.status.phase == "Pending" and not p.spec.scheduling_gates)[0]
         said = {
             "FailedScheduling": "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. "
                                 "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.",

@@ -70,7 +70,10 @@ def test_the_rayjob_waits_for_the_raycluster_through_its_inputs(dev_run):
     job = dev_run.one(RAYJOB)
     assert names(job.input_dependencies["spec"]) == {"ray-raycluster"}
     assert names(dev_run.one(BUCKET_OBJECT).input_dependencies["bucket"]) == {"ray-raycluster"}
-    assert names(job.dependencies) == {"ray-raycluster", "run-baseline-8b-code"}
+    # ... and for the read of the KubeRay CRDs the cluster serves: an operator without a field the stack sets fails
+    # `pulumi up` before any run is created (fail closed).
+    assert names(job.dependencies) == {"ray-raycluster", "run-baseline-8b-code", "served-kuberay-rayclusters",
+                                       "served-kuberay-rayjobs"}
     assert job.provider.split("::")[-1].startswith("gke-k8s")
 
 

@@ -8,7 +8,8 @@ import pytest
 
 from gke_ray_tpu.components.ray_manifests import RayClusterSpec, ray_cluster_spec
 from gke_ray_tpu.core import kueue
-from gke_ray_tpu.core.kuberay import RUN_SUBMISSION_MODE, run_ray_job
+from gke_ray_tpu.core.capacity import CAPACITY
+from gke_ray_tpu.core.ray_job import SUBMISSION_MODE, JobCommand, OwnCluster, RayJobRun, ray_job
 from gke_ray_tpu.core.tpu_catalogue import slice_shape
 from tests.fake_kueue import FakeKueue
 from tests.fakes import FakeJobsClient, FakeKubeRay
@@ -22,20 +23,24 @@ def run_spec(slices: int = 2) -> dict:
     """The RayCluster a run of the dev stack brings: a CPU head and 2 x v6e 4x4 (4 hosts of 4 chips)."""
     return ray_cluster_spec(RayClusterSpec(
         name="run", namespace=NAMESPACE, service_account="ray-ksa", bucket_name="ckpt", shape=slice_shape("v6e", "4x4"),
-        num_slices=slices, min_slices=slices, dcn_interfaces=0, image="rayproject/ray:2.60.0-py312", megascale_port=9915,
-        compute_class=None, capacity="spot", scale_to_zero=True))
+        num_slices=slices, elastic_min_slices=slices, dcn_interfaces=0, image="rayproject/ray:2.60.0-py312",
+        megascale_port=9915, compute_class=None, capacity=CAPACITY["spot"], scale_to_zero=True))
 
 
 def queue(kube: FakeKubeRay, strategy: str = kueue.STRICT_FIFO, **wait) -> FakeKueue:
-    quota = kueue.queue_quota(run_spec(), 2, RUN_SUBMISSION_MODE)
+    quota = kueue.queue_quota(run_spec(), 2, SUBMISSION_MODE)
     cluster_queue = kueue.cluster_queue(NAMES, NAMESPACE, quota, queueing_strategy=strategy)
     return FakeKueue(kube, cluster_queue, kueue.local_queue(NAMES, NAMESPACE),
                      wait=kueue.WaitSettings(**{"timeout_s": 1200, **wait}))
 
 
+def queued_job(name: str, slices: int = 2) -> dict:
+    return ray_job(RayJobRun(name, NAMESPACE, JobCommand("python -m train", {}, name), OwnCluster(run_spec(), slices),
+                             labels=kueue.queue_label(NAMES.local_queue)))
+
+
 def submit(fake: FakeKueue, name: str, slices: int = 2) -> None:
-    job = run_ray_job(name, NAMESPACE, run_spec(slices), entrypoint="python -m train", runtime_env_yaml="{}",
-                      job_id=name, labels=kueue.queue_label(NAMES))
+    job = queued_job(name, slices)
     validate_ray_job(job)
     fake.custom.create_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayjobs", job)
 
@@ -157,8 +162,7 @@ def test_the_webhook_refuses_a_queued_run_that_keeps_its_cluster():
     from kubernetes import client as k8s
 
     fake = queue(FakeKubeRay(FakeJobsClient()))
-    job = run_ray_job("a", NAMESPACE, run_spec(), entrypoint="python -m train", runtime_env_yaml="{}", job_id="a",
-                      labels=kueue.queue_label(NAMES))
+    job = queued_job("a")
     job["spec"]["shutdownAfterJobFinishes"] = False
     job["spec"].pop("ttlSecondsAfterFinished")
     with pytest.raises(k8s.ApiException, match="must delete its cluster when it ends"):

@@ -322,29 +322,38 @@ def test_every_argument_the_stack_wires_from_config_names_its_key(dev_config):
     """Each argument the wiring sets from a config value has a key behind it (no argument left unmapped), and
     every argument a field declares it feeds exists in that component's arguments."""
     from gke_ray_tpu.components import dcn_networks, gcs_workload_identity, gke_cluster, maxtext_run, ray_tpu_cluster
-    from gke_ray_tpu.components import tpu_slice_node_pool, worker_image
+    from gke_ray_tpu.components import tpu_queue, tpu_slice_node_pool, worker_image
     from gke_ray_tpu.stack import wiring
 
     cfg = parse_stack_config(dev_config)
-    keys = component_keys(cfg)
+    # A stack whose one flex-start slice is queued, in a cohort: every queue argument set.
+    queued = parse_stack_config(with_keys(
+        dev_config, capacity="flex-start", numSlices="1", queuedProvisioning="true", maxRunDuration="86400",
+        cohort="research", borrowingLimit="16", lendingLimit="8", podsReadyTimeout="900", requeueLimit="2",
+        installKueue="true", queueingStrategy="BestEffortFIFO"))
+    keys = component_keys(queued)
     args = {
         "GkeRayClusterArgs": wiring.gke_cluster_args(cfg),
         "DcnNetworksArgs": wiring.dcn_networks_args(cfg),
-        "TpuSliceNodePoolArgs": wiring.node_pool_args(cfg, 0, None, []),
+        "TpuSliceNodePoolArgs": wiring.node_pool_args(queued, 0, None, []),
         "GcsWorkloadIdentityArgs": wiring.workload_identity_args(cfg, "123"),
         "RayTpuClusterArgs": wiring.ray_cluster_args(cfg, IDENTITY),
         "WorkerImageArgs": wiring.worker_image_args(cfg, "123"),
-        "MaxTextRunArgs": wiring.run_args(cfg, 0, None),
+        "MaxTextRunArgs": wiring.run_args(cfg, 0, None, {"local_queue": "q"}),
+        "TpuQueueArgs": wiring.queue_args(queued, None),
     }
+    assert set(args["TpuQueueArgs"]) == set(tpu_queue.TpuQueueArgs.__annotations__)
     # What the wiring passes that is no config value: resources, the other components, and positions.
     not_from_config = {"TpuSliceNodePoolArgs.cluster", "TpuSliceNodePoolArgs.slice_index",
-                       "RayTpuClusterArgs.workload_identity", "MaxTextRunArgs.ray_cluster"}
+                       "RayTpuClusterArgs.workload_identity", "MaxTextRunArgs.ray_cluster", "MaxTextRunArgs.queue",
+                       "TpuQueueArgs.ray_cluster"}
     wired = {f"{component}.{name}" for component, given in args.items() for name in given}
     assert sorted(wired - not_from_config - set(keys)) == []
     declared = {f"{cls.__name__}.{name}" for cls in (
         gke_cluster.GkeRayClusterArgs, dcn_networks.DcnNetworksArgs, tpu_slice_node_pool.TpuSliceNodePoolArgs,
         gcs_workload_identity.GcsWorkloadIdentityArgs, ray_tpu_cluster.RayTpuClusterArgs, maxtext_run.MaxTextRunArgs,
         worker_image.WorkerImageArgs,
+        tpu_queue.TpuQueueArgs,
     ) for name in cls.__annotations__}
     assert sorted(set(keys) - declared) == []
 

@@ -94,6 +94,7 @@ CONTRACT = {
             "scaleToZero": "boolean",
             "maxRunDurationS": "integer",
             "imageStreaming": "boolean",
+            "queuedProvisioning": "boolean",
         },
         required=frozenset({"cluster", "zone"}),
         outputs={"poolName": "string", "machineType": "string", "hosts": "integer", "chipsPerHost": "integer"},
@@ -133,9 +134,28 @@ CONTRACT = {
             "minSlices": "integer",
             "activeDeadlineSeconds": "integer",
             "backoffLimit": "integer",
+            "queue": "type:TpuQueueRef",
         },
         required=frozenset({"runName", "rayCluster"}),
         outputs=_strings("rayJobName", "submissionId", "checkpointDir", "codeObject"),
+    ),
+    "TpuQueue": Contract(
+        inputs={
+            "rayCluster": "type:RayTpuClusterRef",
+            "installKueue": "boolean",
+            "podsReadyTimeoutS": "integer",
+            "requeueLimit": "integer",
+            "queueingStrategy": "string",
+            "cohort": "string",
+            "borrowingLimit": "integer",
+            "lendingLimit": "integer",
+            "queuedProvisioning": "boolean",
+            "maxRunDurationS": "integer",
+        },
+        required=frozenset({"rayCluster"}),
+        outputs={**_strings("localQueue", "clusterQueue"), "tpuQuota": "integer", "kueueVersion": "string",
+                 "podsReadyTimeoutS": "integer", "requeueLimit": "integer"},
+        optional_outputs=frozenset({"kueueVersion", "podsReadyTimeoutS", "requeueLimit"}),  # null with a cluster's own Kueue
     ),
 }
 
@@ -253,7 +273,7 @@ def test_plugin_info_and_schema_carry_the_pyproject_version(served):
     assert schema["displayName"] == PACKAGE
 
 
-def test_schema_holds_exactly_the_six_components(schema):
+def test_schema_holds_exactly_the_seven_components(schema):
     assert set(schema["resources"]) == {f"{PACKAGE}:index:{name}" for name in CONTRACT}
     for name in CONTRACT:
         assert resource(schema, name)["isComponent"] is True
@@ -297,27 +317,32 @@ def test_the_complex_types_are_the_network_and_the_component_refs(schema):
 # A component that takes another is declared with the other's ref type (gke_ray_tpu/components/_refs.py says why):
 # ref type -> (the component it stands for, the consumer and its input, the fields that take outputs, and whose).
 REFS = {
-    "GcsWorkloadIdentityRef": ("GcsWorkloadIdentity", ("RayTpuCluster", "workloadIdentity"),
+    "GcsWorkloadIdentityRef": ("GcsWorkloadIdentity", [("RayTpuCluster", "workloadIdentity")],
                                {"bucketName": "GcsWorkloadIdentity", "ksaName": "GcsWorkloadIdentity"}),
-    "RayTpuClusterRef": ("RayTpuCluster", ("MaxTextRun", "rayCluster"),
+    "RayTpuClusterRef": ("RayTpuCluster", [("MaxTextRun", "rayCluster"), ("TpuQueue", "rayCluster")],
                          {"rayClusterName": "RayTpuCluster", "bucketName": "GcsWorkloadIdentity",
                           "rayClusterSpec": "RayTpuCluster"}),
+    "TpuQueueRef": ("TpuQueue", [("MaxTextRun", "queue")], {"localQueue": "TpuQueue"}),
 }
-OPTIONAL_REF_FIELDS = {"RayTpuClusterRef": {"rayClusterSpec"}}
-"""Fields set only where they apply (a cluster's per-run spec only where it scales to zero)."""
+OPTIONAL_REF_FIELDS = {"RayTpuClusterRef": {"rayClusterSpec", "dcnInterfaces", "computeClass"},
+                       "TpuQueueRef": {"podsReadyTimeoutS"}}
+"""Fields set only where they apply (a cluster's per-run spec only where it scales to zero), or with a default."""
 REF_FIELDS = {
     "GcsWorkloadIdentityRef": _strings("bucketName", "ksaName", "namespace"),
     "RayTpuClusterRef": {
         **_strings("rayClusterName", "namespace", "bucketName", "generation", "topology"),
         "numSlices": "integer", "elasticMinSlices": "integer", "capacity": "string", "scaleToZero": "boolean",
-        "rayClusterSpec": "map<any>",
+        "rayClusterSpec": "map<any>", "dcnInterfaces": "integer", "computeClass": "string",
     },
+    "TpuQueueRef": {"localQueue": "string", "podsReadyTimeoutS": "integer"},
 }
 
 
-@pytest.mark.parametrize("ref", sorted(REFS))
-def test_a_component_input_is_declared_as_the_fields_of_the_component(schema, ref):
-    component, (consumer, prop), from_outputs = REFS[ref]
+@pytest.mark.parametrize("ref, consumer", [(ref, consumer) for ref, (_, consumers, _) in sorted(REFS.items())
+                                           for consumer in consumers])
+def test_a_component_input_is_declared_as_the_fields_of_the_component(schema, ref, consumer):
+    component, _, from_outputs = REFS[ref]
+    consumer, prop = consumer
     node = resource(schema, consumer)["inputProperties"][prop]
     assert kind(node) == f"type:{ref}" and node.get("plain") is True  # checked before anything is registered
     assert "From Python, the component itself; from other languages, its fields." in node["description"]
@@ -331,8 +356,9 @@ def test_a_component_input_is_declared_as_the_fields_of_the_component(schema, re
     assert {name for name, node in fields.items() if not node.get("plain")} == set(from_outputs)
     for name, producer in from_outputs.items():
         assert name in resource(schema, producer)["properties"], (ref, name, producer)
-    # The others are what the component was given, under the same names.
-    given = {**resource(schema, component)["inputProperties"], **resource(schema, "GcsWorkloadIdentity")["inputProperties"]}
+    # The others are what the component was given (or an output it has), under the same names.
+    given = {**resource(schema, component)["inputProperties"], **resource(schema, component)["properties"],
+             **resource(schema, "GcsWorkloadIdentity")["inputProperties"]}
     assert set(fields) - set(from_outputs) <= set(given)
 
 
@@ -346,7 +372,7 @@ from pulumi.provider.experimental.analyzer import Analyzer
 from pulumi.provider.experimental.component import ComponentProvider
 from pulumi.runtime import rpc
 
-from gke_ray_tpu.components import DcnNetworks, GcsWorkloadIdentity, GkeRayCluster, MaxTextRun, RayTpuCluster, TpuSliceNodePool
+from gke_ray_tpu.components import DcnNetworks, GcsWorkloadIdentity, GkeRayCluster, MaxTextRun, RayTpuCluster, TpuQueue, TpuSliceNodePool
 from gke_ray_tpu.components.maxtext_run import run_cluster
 
 URN = "urn:pulumi:dev::consumer::gke-ray-tpu:index:RayTpuCluster::ray"
@@ -371,7 +397,8 @@ reference = struct_pb2.Struct()
 reference.update({rpc._special_sig_key: rpc._special_resource_sig, "urn": URN, "type": "gke-ray-tpu:index:RayTpuCluster"})
 found["a reference arrives as"] = rpc.deserialize_resource(reference)
 provider = ComponentProvider(
-    [DcnNetworks, GkeRayCluster, TpuSliceNodePool, GcsWorkloadIdentity, RayTpuCluster, MaxTextRun], "gke-ray-tpu", None, "0"
+    [DcnNetworks, GkeRayCluster, TpuSliceNodePool, GcsWorkloadIdentity, RayTpuCluster, MaxTextRun, TpuQueue], "gke-ray-tpu",
+    None, "0"
 )
 run = provider._component_defs["MaxTextRun"]
 fields = {"rayClusterName": "maxtext-tpu-cluster", "namespace": "training", "bucketName": "b", "generation": "v6e",
@@ -458,8 +485,8 @@ def test_in_process_schema_equals_the_served_one(schema):
     code = (
         "import json;"
         "from pulumi.provider.experimental.component import ComponentProvider;"
-        "from gke_ray_tpu.components import DcnNetworks, GcsWorkloadIdentity, GkeRayCluster, MaxTextRun, RayTpuCluster, TpuSliceNodePool;"
-        "classes = [DcnNetworks, GkeRayCluster, TpuSliceNodePool, GcsWorkloadIdentity, RayTpuCluster, MaxTextRun];"
+        "from gke_ray_tpu.components import DcnNetworks, GcsWorkloadIdentity, GkeRayCluster, MaxTextRun, RayTpuCluster, TpuQueue, TpuSliceNodePool;"
+        "classes = [DcnNetworks, GkeRayCluster, TpuSliceNodePool, GcsWorkloadIdentity, RayTpuCluster, MaxTextRun, TpuQueue];"
         f"print(ComponentProvider(classes, {PACKAGE!r}, None, {project_version()!r}).schema)"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)

@@ -164,6 +164,7 @@ def test_address_without_a_token_or_with_a_wrong_one_is_one_line_and_exit_3(head
 # --- a stack's cluster: the token from KubeRay's Secret, through a fake Kubernetes API -------------------------
 
 OUTPUTS = StackOutputs.model_validate({
+    "project": "my-tpu-project", "clusterName": "ray-tpu-multislice", "clusterLocation": "us-east5-b",
     "region": "us-central1", "namespace": "default", "bucketName": "b", "rayHeadService": "head-svc",
     "rayDashboardPort": 8265, "checkpointDir": "gs://b", "tpuGeneration": "v6e", "acceleratorType": "TPU-V6E",
     "topology": "4x4", "numSlices": 1, "hostsPerSlice": 4, "chipsPerHost": 4, "chipsPerSlice": 16,
@@ -185,8 +186,8 @@ def kube(head, monkeypatch):
 
     api = FakeCoreV1([pod("head-b")])
     monkeypatch.setattr("kubernetes.stream.portforward", Stream)
-    monkeypatch.setattr(port_forward, "_core_api", lambda context: api)
-    monkeypatch.setattr(cluster_checks, "check_kuberay", lambda extensions, log: None)  # test_gke_rules has it
+    monkeypatch.setattr(port_forward, "_core_api", lambda context, log=None: api)
+    monkeypatch.setattr(cluster_checks, "check_kuberay", lambda extensions, log, own_clusters=False: None)  # test_gke_rules has it
     monkeypatch.delenv(ray_auth.ADDRESS_TOKEN_ENV, raising=False)
     return api
 

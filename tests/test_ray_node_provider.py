@@ -145,3 +145,40 @@ def test_terminating_one_host_lists_its_whole_slice_and_keeps_replicas(replicas_
     assert len(deleted) == replicas_asked * 4
     assert not [op for op in patch if op["path"].endswith("/replicas")]
     assert {name.rsplit("h", 1)[0] for name in deleted} == {f"{n.rsplit('h', 1)[0]}" for n in first}
+
+
+# --- how an elastic run's cluster grows: autoscaler v2, the one an elastic run's cluster runs --------------------
+
+
+def elastic_raycluster() -> dict:
+    """An elastic run's cluster as the builder makes it (gke_ray_tpu.core.ray_job.elastic_cluster): it started on 1
+    of 2 slices, and that slice's 4 hosts run."""
+    from gke_ray_tpu.core.ray_job import AUTOSCALER_VERSION, with_slices
+    from gke_ray_tpu.components.ray_manifests import ray_cluster_spec
+
+    spec = spec_from_args({"workload_identity": IDENTITY, "capacity": "spot", "scale_to_zero": True})
+    cluster = with_slices(ray_cluster_spec(spec), SLICES, start_slices=1)
+    assert cluster["autoscalerOptions"]["version"] == AUTOSCALER_VERSION == "v2"
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": "elastic-x7k2p", "namespace": "default"}, "spec": cluster}
+
+
+def v2_provider(raycluster: dict):
+    from ray.autoscaler.v2.instance_manager.cloud_providers.kuberay.cloud_provider import KubeRayProvider
+
+    api = FakeKubernetesApi(raycluster)
+    return KubeRayProvider(raycluster["metadata"]["name"], {"namespace": "default"}, gcs_client=None,
+                           k8s_api_client=api), api
+
+
+@pytest.mark.parametrize("hosts_asked, replicas", [(4, 2), (8, 2), (2, None)])
+def test_the_v2_autoscaler_grows_a_multi_host_group_by_whole_slices_up_to_max_replicas(hosts_asked, replicas):
+    """What Ray 2.60's v2 KubeRay provider patches when Ray Train asks for more TPU hosts: the hosts divided by
+    numOfHosts, capped at maxReplicas (the run's slices); a part of a slice asks for no slice at all."""
+    raycluster = elastic_raycluster()
+    (group,) = raycluster["spec"]["workerGroupSpecs"]
+    assert (group["replicas"], group["minReplicas"], group["maxReplicas"], group["numOfHosts"]) == (1, 1, 2, 4)
+    provider, api = v2_provider(raycluster)
+    provider.launch({WORKER_GROUP: hosts_asked}, request_id=f"grow-{hosts_asked}")
+    patched = [op["value"] for patch in api.patches for op in patch if op["path"].endswith("/replicas")]
+    assert patched == ([] if replicas is None else [replicas])

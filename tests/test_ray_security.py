@@ -216,17 +216,18 @@ def test_a_moving_image_tag_gets_a_warning_at_preview_and_a_pinned_one_none(dev_
     assert f"warning: gke-ray-tpu:rayImage {moving} is a moving tag" in capsys.readouterr().out
 
 
-def test_an_existing_clusters_kuberay_is_read_at_preview_and_one_that_would_drop_token_auth_is_refused(dev_config, run_stack):
+def test_the_clusters_kuberay_is_read_before_the_raycluster_and_one_that_would_drop_token_auth_is_refused(dev_config, run_stack):
     existing = {"existingClusterName": "shared-gke", "existingClusterLocation": "us-east5-b"}
-    crd = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition::served-raycluster-crd"
+    crd = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition::served-kuberay-rayclusters"
     (cluster,) = run_stack(**existing).of_type(RAYCLUSTER)
     # KubeRay's published CRD, read through the SDK's output types, passes as well as the mock's.
     published = json.loads(RAYCLUSTER_CRD_FILE.read_text())["spec"]
     run_offline(with_keys(dev_config, **existing), run=OfflineRun(), gke=MockGke(served_raycluster_crd=published))
-    # The CRD is read (a read, not a resource the stack owns), and the RayCluster waits for its check.
+    # The CRD is read (a read, not a resource the stack owns), and the RayCluster waits for its check; on a new
+    # cluster too, once the cluster exists (the read goes through its provider).
     assert [urn for urn in cluster.dependencies if urn.endswith(crd)]
     (new_cluster,) = run_stack().of_type(RAYCLUSTER)
-    assert not [urn for urn in new_cluster.dependencies if urn.endswith(crd)]  # a new cluster has no CRD yet
+    assert [urn for urn in new_cluster.dependencies if urn.endswith(crd)]
 
     old = OfflineRun()
     with pytest.raises(ValueError, match=(

@@ -316,6 +316,11 @@ def test_stack_outputs_feed_the_submit_step(dev_run):
         "scaleToZero": False,
         "rayClusterSpec": None,
         "elasticMinSlices": 1,
+        # A held stack's runs go to its RayCluster: no queue.
+        "localQueue": None,
+        "clusterQueue": None,
+        "podsReadyTimeoutS": None,
+        "requeueLimit": None,
         "runs": [{
             "name": "baseline-8b",
             "submissionId": dev_run.one(RAYJOB).inputs["spec"]["jobId"],

@@ -11,9 +11,14 @@ with only the stand-ins ``tests/fake_tpu.py`` names. In order, on one cluster:
    the multislice settings MaxText needs;
 2. an elastic job (1..2 slices) that loses every host of one slice mid-run: it continues on the other with
    1-slice settings, resumes from its checkpoint, and the goodput accounting shows the recovery;
-3. a job of 2 slices when only one is left: it fails once the wait for slices ends, saying why.
+3. a job of 2 slices when only one is left: it fails once the wait for slices ends, saying why;
+4. an elastic job (1..2 slices) submitted while one slice is up: it trains on that one and, once the second
+   slice's hosts come (on GKE: Ray's autoscaler raised the run's cluster and Kueue admitted the larger size,
+   tests/test_training_submit_queue.py), Ray Train's elastic policy takes them and the run goes on, on both, from
+   its checkpoint.
 
-Slow: a cluster of 5 Ray nodes, two MaxText runs on 4 CPU processes (one losing a slice) and a job that waits.
+Slow: a cluster of 5 Ray nodes, three MaxText runs on up to 4 CPU processes (one losing a slice, one gaining one)
+and a job that waits.
 """
 
 from __future__ import annotations
@@ -155,6 +160,36 @@ def test_a_slice_that_never_comes_fails_the_run_once_the_wait_ends(slice_loss, c
     assert status == "FAILED" and not progress.steps, log[-3000:]
     assert 2 * SHORT_WAIT_S <= took < 2 * SHORT_WAIT_S + START_BOUND_S, took
     assert "Ray Train could not place 4 workers (v5p-16 slices) in 30 s (2 waits)" in log, log[-3000:]
+
+
+GROWTH_STEPS = 400
+"""Long enough that the run is still training when Ray Train's elastic policy next looks for more slices (every
+``ScalingConfig.elastic_resize_monitor_interval_s``, 60 s in Ray 2.60) after the second slice came."""
+
+
+def test_an_elastic_run_started_on_one_slice_takes_the_second_when_it_comes(slice_loss, cluster, stack, tmp_path):
+    lost = cluster.slice_names()[-1]  # slice_loss killed it: one slice is up
+    job = elastic_job(stack, tmp_path, "fake-tpu-grow", GROWTH_STEPS, 20)
+    sid = submit(cluster.head, job)
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not read_job(cluster.head, sid)[1].steps:  # training on the one slice
+        assert time.monotonic() < deadline, read_job(cluster.head, sid)[0][-3000:]
+        time.sleep(1)
+    # The lost slice's hosts must be gone from Ray's view first: a host started again joins as a new node.
+    while sum(1 for node in cluster.head.state("nodes") if node.state == "ALIVE") > 1 + stack.hosts:
+        assert time.monotonic() < deadline, "the lost slice's nodes are still alive in Ray's view"
+        time.sleep(1)
+    cluster.start_slice(lost)
+    status = wait_for_end(cluster.head, sid, max(1.0, deadline - time.monotonic()))
+    log, progress = read_job(cluster.head, sid)
+    assert status == "SUCCEEDED", log[-3000:]
+    first, *_, last = hosts_by_group(log, progress)
+    assert_slices_placed(first, stack, slices=1)
+    assert_slices_placed(last, stack, slices=2)
+    assert lost in {h.settings["TPU_NAME"] for h in last}
+    assert "Deciding to resize the worker group from 2 -> 4 workers" in log
+    # The larger group went on from the one slice's last checkpoint, not from the start.
+    assert progress.groups[-1].restored_step is not None and max(progress.steps) == GROWTH_STEPS - 1
 
 
 @pytest.mark.parametrize("wait_s", [7, 20, 900, 1800, 4000])

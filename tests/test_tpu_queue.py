@@ -66,8 +66,10 @@ def test_kueue_is_installed_from_its_chart_at_the_pinned_version_with_the_stacks
     assert config["waitForPodsReady"]["timeout"] == "900s"
     assert config["waitForPodsReady"]["requeuingStrategy"]["backoffLimitCount"] == 3
     assert {"ray.io/rayjob", "ray.io/raycluster"} <= set(config["integrations"]["frameworks"])
-    # The stack's v6e pods claim 2 DCN NICs each through DRANET: Kueue must be able to count them.
-    assert config["resources"]["deviceClassMappings"] == [{"name": "dcn-nic", "deviceClassNames": ["netdev.google.com"]}]
+    # The stack's v6e pods claim 2 DCN NICs each through DRANET, which the installed Kueue neither counts nor refuses.
+    assert "deviceClassMappings" not in config["resources"]
+    assert chart["values"]["controllerManager"]["featureGates"] == [
+        {"name": "KueueDRAIntegration", "enabled": False}, {"name": "KueueDRARejectWorkloadsWhenDRADisabled", "enabled": False}]
     assert spot.one("kubernetes:core/v1:Namespace").inputs["metadata"] == {"name": "kueue-system"}
     assert (spot.outputs["kueueVersion"], spot.outputs["podsReadyTimeoutS"]) == ("0.19.2", 900)
 
@@ -80,10 +82,9 @@ def test_the_queue_holds_the_stacks_slices_for_its_namespace(spot):
         "cloud.google.com/gke-spot": "true"}
     queue = objects["ClusterQueue"].inputs
     assert queue["metadata"] == {"name": "team-tpus-training"}
-    # 2 slices x 4 hosts x 4 chips, and 2 NICs for each of the 8 hosts; cpu and memory are not counted.
-    assert queue["spec"]["resourceGroups"] == [{"coveredResources": ["google.com/tpu", "dcn-nic"], "flavors": [
-        {"name": NAMES.tpu_flavor, "resources": [{"name": "google.com/tpu", "nominalQuota": 32},
-                                                 {"name": "dcn-nic", "nominalQuota": 16}]}]}]
+    # 2 slices x 4 hosts x 4 chips; cpu, memory and the NICs the hosts claim are not counted.
+    assert queue["spec"]["resourceGroups"] == [{"coveredResources": ["google.com/tpu"], "flavors": [
+        {"name": NAMES.tpu_flavor, "resources": [{"name": "google.com/tpu", "nominalQuota": 32}]}]}]
     assert queue["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "training"}}
     assert objects["LocalQueue"].inputs["metadata"] == {"name": "team-tpus", "namespace": "training"}
     assert objects["LocalQueue"].inputs["spec"] == {"clusterQueue": "team-tpus-training"}
@@ -101,7 +102,7 @@ def test_every_child_is_parented_takes_the_provider_and_waits_for_what_it_needs(
     objects = kueue_objects(spot)
     assert short(spot.one(CHART).dependencies) == {"queue-kueue-namespace"}
     assert "queue-kueue" in short(objects["ResourceFlavor"].dependencies)
-    assert {"queue-kueue", f"queue-resourceflavor-{NAMES.tpu_flavor}"} <= short(objects["ClusterQueue"].dependencies)
+    assert {"queue-kueue", "queue-tpu-flavor"} <= short(objects["ClusterQueue"].dependencies)
     assert "queue-cluster-queue" in short(objects["LocalQueue"].dependencies)
 
 
@@ -140,7 +141,8 @@ def test_a_one_slice_flex_start_stack_may_wait_for_gkes_queued_provisioning(tmp_
     ("num_slices=2, scale_to_zero=True", "borrowing_limit=8", "TpuQueueArgs.borrowing_limit", "within a cohort"),
     ("num_slices=2, scale_to_zero=True", 'queueing_strategy="FIFO"', "TpuQueueArgs.queueing_strategy", "StrictFIFO"),
     ("num_slices=2, scale_to_zero=True", "pods_ready_timeout_s=5", "TpuQueueArgs.pods_ready_timeout_s", ">= 60"),
-    ('num_slices=2, scale_to_zero=True, compute_class="tpu-class"', "", "TpuQueueArgs.ray_cluster", "allocationMode All"),
+    ('num_slices=2, scale_to_zero=True, compute_class="tpu-class"', "install_kueue=False", "TpuQueueArgs.ray_cluster",
+     "allocationMode All"),
 ])
 def test_bad_arguments_are_refused_before_anything_is_registered(tmp_path, cluster, queue, key, expected):
     run = OfflineRun()
@@ -150,3 +152,135 @@ def test_bad_arguments_are_refused_before_anything_is_registered(tmp_path, clust
         run_offline({}, program=program, project="tpu-queue", run=run)
     assert error.value.key == key and expected in error.value.expected, error.value
     assert not [r for r in run.resources if r.type == "gke-ray-tpu:index:TpuQueue"]
+
+
+# --- the stack's queue ---------------------------------------------------------------------------------------------
+
+QUEUE = "gke-ray-tpu:index:TpuQueue"
+RAYJOB = "kubernetes:ray.io/v1:RayJob"
+
+
+def test_a_stack_whose_runs_bring_their_cluster_queues_them_and_a_held_one_has_no_queue(dev_run, run_stack):
+    assert dev_run.of_type(QUEUE) == [] and dev_run.outputs["localQueue"] is None
+    flex = run_stack(capacity="flex-start")
+    objects = kueue_objects(flex)
+    assert objects["LocalQueue"].inputs["metadata"] == {"name": "maxtext-tpu-cluster", "namespace": "default"}
+    assert objects["ClusterQueue"].inputs["spec"]["resourceGroups"][0]["flavors"][0]["resources"] == [
+        {"name": "google.com/tpu", "nominalQuota": 32}]  # the dev stack's 2 x 4 hosts x 4 chips
+    assert objects["ResourceFlavor"].inputs["spec"]["nodeLabels"]["cloud.google.com/gke-flex-start"] == "true"
+    # The declared run carries the queue's label and waits for the LocalQueue (and its deadline lies past Kueue's).
+    job = flex.one(RAYJOB)
+    assert job.inputs["metadata"]["labels"] == {kueue.QUEUE_LABEL: "maxtext-tpu-cluster"}
+    assert "queue-local-queue" in short(job.dependencies)
+    assert job.inputs["spec"]["preRunningDeadlineSeconds"] == 1800 + kueue.QUEUED_DEADLINE_MARGIN_S
+
+
+@pytest.mark.parametrize("keys, key, expected", [
+    ({"cohort": "research"}, "gke-ray-tpu:cohort", "unset on a stack that holds its slices"),
+    ({"podsReadyTimeout": "900"}, "gke-ray-tpu:podsReadyTimeout", "unset on a stack that holds its slices"),
+    ({"capacity": "flex-start", "queuedProvisioning": "true"}, "gke-ray-tpu:queuedProvisioning",
+     "false for 2 flex-start slice(s)"),
+    ({"capacity": "spot", "scaleToZero": "true", "numSlices": "1", "queuedProvisioning": "true"},
+     "gke-ray-tpu:queuedProvisioning", "false for 1 spot slice(s)"),
+    ({"capacity": "flex-start", "borrowingLimit": "16"}, "gke-ray-tpu:borrowingLimit", "within a cohort"),
+    ({"capacity": "flex-start", "installKueue": "false", "requeueLimit": "2"}, "gke-ray-tpu:requeueLimit",
+     "an existing Kueue keeps its own settings"),
+    ({"capacity": "flex-start", "podsReadyTimeout": "30"}, "gke-ray-tpu:podsReadyTimeout", ">= 60"),
+    ({"capacity": "flex-start", "rayClusterName": "a" * 41, "namespace": "n" * 20}, "gke-ray-tpu:rayClusterName",
+     "Kueue"),
+])
+def test_the_queues_keys_are_refused_where_they_do_not_apply_naming_the_key(dev_config, keys, key, expected):
+    from tests.conftest import with_keys
+
+    run = OfflineRun()
+    with pytest.raises(ConfigError) as error:
+        run_offline(with_keys(dev_config, **keys), run=run)
+    assert error.value.key == key and expected in error.value.expected, error.value
+    assert run.of_type(QUEUE) == []
+
+
+def test_one_flex_start_slice_may_come_through_queued_provisioning(run_stack):
+    run = run_stack(capacity="flex-start", numSlices="1", queuedProvisioning="true", maxRunDuration="86400")
+    pool = run.one("gcp:container/nodePool:NodePool", "slice-0-pool")
+    assert pool.inputs["queuedProvisioning"] == {"enabled": True}
+    objects = kueue_objects(run)
+    assert objects["ProvisioningRequestConfig"].inputs["spec"]["parameters"] == {"maxRunDurationSeconds": "86400"}
+    assert objects["ClusterQueue"].inputs["spec"]["admissionChecksStrategy"]["admissionChecks"][0]["name"] == (
+        "maxtext-tpu-cluster-default-provisioning")
+    # Waiting bills nothing there: GKE brings the slice whole before Kueue admits the run.
+    said = "\n".join(message for level, message in run.logs if "can be billed while it waits" in message)
+    assert "flex-start   $0: queued provisioning admits the run only once GKE has every slice" in said
+    assert "queuedProvisioning" not in run_stack(capacity="flex-start").one(
+        "gcp:container/nodePool:NodePool", "slice-0-pool").inputs
+
+
+def test_an_existing_kueue_is_read_at_preview_and_one_without_v1beta2_is_refused(dev_config, run_stack):
+    from gke_ray_tpu.stack.mock_engine import MockGke, mock_clusterqueue_crd
+    from tests.conftest import with_keys
+
+    existing = run_stack(capacity="flex-start", installKueue="false")
+    assert existing.of_type(CHART) == [] and existing.outputs["podsReadyTimeoutS"] is None
+    crd = "CustomResourceDefinition::queue-served-clusterqueue-crd"
+    assert [urn for urn in kueue_objects(existing)["ClusterQueue"].dependencies if urn.endswith(crd)]
+    old = {**mock_clusterqueue_crd(), "versions": [{"name": "v1beta1", "served": True, "storage": True}]}
+    run = OfflineRun()
+    with pytest.raises(ValueError, match=r"TpuQueueArgs.install_kueue=False: expected a cluster whose Kueue serves "
+                                         r"kueue.x-k8s.io/v1beta2 \(Kueue >= 0.16\): its clusterqueues.kueue.x-k8s.io "
+                                         r"CRD serves v1beta1"):
+        run_offline(with_keys(dev_config, capacity="flex-start", installKueue="false"), run=run,
+                    gke=MockGke(served_clusterqueue_crd=old))
+    assert [r for r in run.resources if r.type == "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue"] == []
+
+
+def test_preview_says_what_waiting_for_slices_can_bill_per_capacity_mode(run_stack):
+    run = run_stack(capacity="spot", scaleToZero="true")
+    [said] = [message for level, message in run.logs if "can be billed while it waits" in message]
+    # Worked by hand: 4 admissions (3 requeues) x 1 slice (the second never comes) x (1800 + 600) s = 2.67 slice-hours;
+    # a v6e-16 is 16 chips at $2.70 (on demand) or $1.08 (Spot) a chip-hour in us-east5.
+    assert "on-demand    $115.20: 4 admission(s) x 1 slice(s) x 40 min = 2.67 slice-hours" in said
+    assert "spot         $46.08: 4 admission(s) x 1 slice(s) x 40 min = 2.67 slice-hours  <- this stack" in said
+    assert "flex-start   at most $115.20" in said and "reservation  $0" in said
+    one = [m for level, m in run_stack(capacity="spot", scaleToZero="true", numSlices="1").logs
+           if "can be billed while it waits" in m][0]
+    assert "spot         $0: GKE brings a slice up whole" in one
+    held = [m for level, m in run_stack().logs if "can be billed while it waits" in m]
+    assert held == []  # a held stack's slices are up whether a run waits or not
+
+
+def test_from_another_language_the_queue_takes_the_clusters_fields_and_a_run_the_queues(tmp_path):
+    """What the provider passes: the RayTpuCluster's fields (its name an output, known once it exists) and, to a
+    MaxTextRun, the TpuQueue's; the same objects as from Python."""
+    program = tmp_path / "__main__.py"
+    program.write_text(PROGRAM.format(cluster='num_slices=2, elastic_min_slices=1, capacity="spot", scale_to_zero=True',
+                                      queue="").replace("TpuQueueArgs(ray_cluster=ray,", "TpuQueueArgs(ray_cluster=dict(ray.ref),")
+                       + "\nfrom gke_ray_tpu.components import MaxTextRun\n"
+                       "MaxTextRun('run', {'run_name': 'r', 'ray_cluster': dict(ray.ref), 'queue': dict(queue.ref), "
+                       "'elastic': True, 'min_slices': 1, 'overrides': {'steps': 2}}, "
+                       "opts=pulumi.ResourceOptions(providers=[cluster_k8s]))\n")
+    run = run_offline({}, program=program, project="tpu-queue")
+    objects = kueue_objects(run)
+    assert objects["LocalQueue"].inputs["metadata"] == {"name": "team-tpus", "namespace": "training"}
+    assert objects["ClusterQueue"].inputs["spec"]["resourceGroups"][0]["flavors"][0]["resources"] == [
+        {"name": "google.com/tpu", "nominalQuota": 32}]
+    job = run.one("kubernetes:ray.io/v1:RayJob")
+    assert job.inputs["metadata"]["labels"] == {kueue.QUEUE_LABEL: "team-tpus"}
+    assert job.inputs["metadata"]["annotations"] == {kueue.ELASTIC_JOB_ANNOTATION: "true"}
+    assert job.inputs["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] == 1
+    assert "queue-local-queue" in short(job.dependencies)
+
+
+def test_a_declared_run_the_queue_could_never_admit_fails_preview_naming_the_run(dev_config):
+    from decimal import Decimal
+
+    from gke_ray_tpu.stack.config import parse_stack_config
+    from gke_ray_tpu.stack.preflight import check_queue_admits
+    from tests.conftest import with_keys
+
+    cfg = parse_stack_config(with_keys(dev_config, capacity="flex-start"))
+    check_queue_admits(cfg)  # the stack's own queue holds its slices: the run fits
+    names = kueue.queue_names("maxtext-tpu-cluster", "default", "key")
+    smaller = kueue.queue_capacity(kueue.cluster_queue(names, "default", {kueue.TPU: Decimal(16)}))
+    with pytest.raises(ConfigError) as error:
+        check_queue_admits(cfg, smaller)
+    assert (error.value.key, error.value.value) == ("gke-ray-tpu:runs[0]", "baseline-8b")
+    assert "it asks for 32 google.com/tpu, the queue has at most 16" in error.value.expected

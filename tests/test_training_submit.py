@@ -706,7 +706,7 @@ def test_dashboard_forwards_to_the_head_until_ctrl_c(capsys, tmp_path, dev_outpu
             return self.sock
 
     monkeypatch.setattr("kubernetes.stream.portforward", Stream)
-    monkeypatch.setattr(port_forward, "_core_api", lambda context: FakeCoreV1([pod("head-b")]))
+    monkeypatch.setattr(port_forward, "_core_api", lambda context, log=None: FakeCoreV1([pod("head-b")]))
     seen = {}
 
     def hold():
@@ -743,7 +743,7 @@ def test_dashboard_of_a_run_is_for_stacks_with_a_cluster_per_run(capsys, tmp_pat
 
 
 def test_dashboard_without_a_head_is_one_line_and_exit_3(capsys, tmp_path, dev_outputs, monkeypatch):
-    monkeypatch.setattr(port_forward, "_core_api", lambda context: FakeCoreV1([pod("head-b", phase="Pending")]))
+    monkeypatch.setattr(port_forward, "_core_api", lambda context, log=None: FakeCoreV1([pod("head-b", phase="Pending")]))
     outputs = write(tmp_path, {**dev_outputs, "rayHeadService": "head-svc"})
     assert submit.main(["--outputs-file", outputs, "--dashboard"]) == 3
     err = capsys.readouterr().err

@@ -80,11 +80,11 @@ def kube(monkeypatch):
         holder["tokens"].append(token)
         return holder["kube"].jobs
 
-    def check_kuberay(core, log):
+    def check_kuberay(core, log, own_clusters=False):
         holder["checks"] += 1
 
-    monkeypatch.setattr(port_forward, "kube_apis", lambda context: (holder["kube"].core, holder["kube"].custom))
-    monkeypatch.setattr(port_forward, "_core_api", lambda context: holder["kube"].core)
+    monkeypatch.setattr(port_forward, "kube_apis", lambda context, log=None: (holder["kube"].core, holder["kube"].custom))
+    monkeypatch.setattr(port_forward, "_core_api", lambda context, log=None: holder["kube"].core)
     monkeypatch.setattr(connection, "connect", connect)
     monkeypatch.setattr(connection, "check_kuberay", check_kuberay)
     monkeypatch.setattr(outcome, "report", lambda run_dir, record, title, log: None)
@@ -368,7 +368,7 @@ def test_outputs_that_disagree_on_scaling_to_zero_are_refused(tmp_path, dev_run)
     with pytest.raises(ConfigError, match="rayClusterSpec.*no rayClusterSpec on a stack that holds its slices"):
         stack_outputs.load_file(write(tmp_path, {**dev_run.outputs, "rayClusterSpec": per_run_spec()}))
     autoscaled = {**per_run_spec(), "enableInTreeAutoscaling": True}
-    with pytest.raises(ConfigError, match="a run's cluster spec: a per-run cluster has no Ray autoscaler"):
+    with pytest.raises(ConfigError, match="a run.s cluster spec: a per-run cluster runs Ray.s autoscaler only as a Kueue elastic job"):
         stack_outputs.load_file(write(tmp_path, {**dev_run.outputs, "scaleToZero": True,
                                                  "rayClusterSpec": autoscaled}))
     # Scaling to zero without the spec each run brings: no run could be made (a stack deployed before runs brought
@@ -463,3 +463,18 @@ def test_a_run_whose_rayjob_was_deleted_while_it_waited_is_one_line_and_exit_3(c
     assert rc == 3 and "Traceback" not in err
     assert err.splitlines()[-1] == ("python -m gke_ray_tpu.training.submit: error: RayJob default/maxtext-gone is gone: someone "
                                     "deleted it, which stopped its run and deleted its cluster")
+
+
+def test_kuberays_pre_running_deadline_is_per_attempt_and_retried_like_any_failure(capsys, tmp_path, per_run_outputs,
+                                                                                   kube):
+    """No capacity: each attempt waits its deadline on a new cluster, (backoffLimit + 1) attempts in all."""
+    fake = kube(FakeJobsClient(log=STEPS_LOG), slices_never_come=True, deadline_reads=3)
+    rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, per_run_outputs), "--backoff-limit", "2",
+                      "--pre-running-deadline-seconds", "600", "run_name=retried")
+    assert rc == 1, err
+    job = fake.ray_jobs["maxtext-retried"]
+    assert (job["status"]["failed"], job["status"]["reason"]) == (2, "PreRunningDeadlineExceeded")
+    clusters = re.findall(r"\(RayCluster (maxtext-retried-\S+)\)", err)
+    assert len(dict.fromkeys(clusters)) == 3, err  # the first attempt's cluster and two retries' new ones
+    assert err.splitlines()[-2].endswith("ended: PreRunningDeadlineExceeded (preRunningDeadlineSeconds=600): the "
+                                         "RayJob did not reach Running within 600 seconds")

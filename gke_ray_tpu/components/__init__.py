@@ -3,7 +3,7 @@
 ``from gke_ray_tpu.components import DcnNetworks, GkeRayCluster, TpuSliceNodePool,
 GcsWorkloadIdentity, RayTpuCluster, MaxTextRun, TpuQueue, WorkerImage`` gives another Python stack the
 building blocks;
-``provider/`` hosts the same classes (all but TpuQueue and WorkerImage, so far) as a Pulumi package for any language. Each
+``provider/`` hosts the same classes (all but WorkerImage, so far) as a Pulumi package for any language. Each
 component takes what it builds on as input (a cluster resource, a Kubernetes
 provider, another component: ``gke_ray_tpu/components/_refs.py``) and parses no stack config. Names resolve lazily, so importing one
 component does not import the SDKs of the others.

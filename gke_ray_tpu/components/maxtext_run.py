@@ -9,7 +9,9 @@ which says why HTTPMode, what a run's own cluster is, and when retries are allow
 * On a RayTpuCluster that holds its slices, ``clusterSelector`` targets its
   RayCluster, which the RayJob neither owns nor deletes. On one that scales to
   zero the RayJob brings its own RayCluster and KubeRay deletes it when the job
-  ends, whatever the outcome.
+  ends, whatever the outcome; with a ``queue`` (the stack's TpuQueue) Kueue
+  starts it when the chips are free, and an elastic run's cluster starts on its
+  minimum and grows (``gke_ray_tpu.core.ray_job.elastic_cluster``).
 * The code: the operator has no files of its own, so this component uploads
   ``gke_ray_tpu/core/`` and ``gke_ray_tpu/training/`` as one zip into the checkpoint bucket, named by
   its content digest; every Ray pod mounts the bucket at ``/data`` and the
@@ -37,15 +39,16 @@ import pulumi_kubernetes as k8s
 from gke_ray_tpu.components._options import child_options
 from gke_ray_tpu.components._refs import resolve_ref
 from gke_ray_tpu.components.ray_tpu_cluster import RayTpuCluster, RayTpuClusterRef
-from gke_ray_tpu.core import code_archive
+from gke_ray_tpu.components.tpu_queue import TpuQueue, TpuQueueRef
+from gke_ray_tpu.core import code_archive, kueue
 from gke_ray_tpu.core.capacity import capacity_mode
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.job_spec import COMPILATION_CACHE_DIR, DATA_MOUNT, JobSpec, bucket_url, build_job, run_location
 from gke_ray_tpu.core.naming import DNS_LABEL, RAY_CLUSTER_NAME, RAY_JOB_NAME, RAY_TPU_CLUSTER_NAME, check_bucket_name
 from gke_ray_tpu.core.presets import DEFAULT_PRESET, get_preset
 from gke_ray_tpu.core.ray_job import (
-    ACTIVE_DEADLINE_SECONDS, HeldCluster, OwnCluster, RayJobRun, archived_command, check_backoff_limit,
-    own_cluster_name_pattern, ray_job,
+    ACTIVE_DEADLINE_SECONDS, DEFAULT_PRE_RUNNING_DEADLINE_SECONDS, HeldCluster, OwnCluster, RayJobRun, archived_command,
+    check_backoff_limit, own_cluster_name_pattern, ray_job,
 )
 from gke_ray_tpu.core.slices import run_min_slices
 from gke_ray_tpu.core.tpu_catalogue import slice_shape
@@ -70,11 +73,23 @@ class MaxTextRunArgs(TypedDict):
     """Seconds after which KubeRay marks the RayJob failed (DeadlineExceeded). Unset: no deadline."""
     backoff_limit: NotRequired[int]
     """Retries of a failed run, each on a new RayCluster: only on a RayTpuCluster that scales to zero (KubeRay refuses retries on a shared RayCluster). Default: 0."""
+    queue: NotRequired[TpuQueueRef]
+    """The TpuQueue of a RayTpuCluster that scales to zero: the run waits in it until its chips are free, its slices must all be up within Kueue's timeout, and an elastic run starts on its minimum and grows. From Python, the component itself; from other languages, its fields."""
 
 
 def run_cluster(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> RayTpuClusterRef:
     """The RayTpuCluster the run is on, as its fields."""
     return resolve_ref(args["ray_cluster"], RayTpuCluster, f"{prefix}ray_cluster")  # type: ignore[return-value]
+
+
+def run_queue(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> Optional[TpuQueueRef]:
+    """The TpuQueue the run waits in, as its fields (None: no queue)."""
+    if "queue" not in args:
+        return None
+    if not run_cluster(args, prefix)["scale_to_zero"]:
+        raise ConfigError(f"{prefix}queue", args["queue"], "unset on a RayTpuCluster that holds its slices: its runs "
+                                                           "go to its RayCluster, which Kueue does not queue")
+    return resolve_ref(args["queue"], TpuQueue, f"{prefix}queue")  # type: ignore[return-value]
 
 
 def build_run_job(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> JobSpec:
@@ -88,6 +103,7 @@ def build_run_job(args: MaxTextRunArgs, prefix: str = "MaxTextRunArgs.") -> JobS
     if args.get("active_deadline_seconds") is not None:
         ACTIVE_DEADLINE_SECONDS.check(args["active_deadline_seconds"], f"{prefix}active_deadline_seconds")
     check_backoff_limit(args.get("backoff_limit", 0), cluster["scale_to_zero"], f"{prefix}backoff_limit")
+    run_queue(args, prefix)
     elastic = bool(args.get("elastic", False)) or preset.elastic
     min_slices = run_min_slices(args.get("min_slices"), int(cluster["elastic_min_slices"]), int(cluster["num_slices"]),
                                 f"{prefix}min_slices") if elastic else None
@@ -136,15 +152,24 @@ def _check_names(args: MaxTextRunArgs, cluster: RayTpuClusterRef, prefix: str) -
 
 
 def run_description(args: MaxTextRunArgs, spec: JobSpec, code_sha256: str, ray_cluster_spec: Any = None,
-                    mount: str = DATA_MOUNT) -> RayJobRun:
+                    local_queue: Optional[str] = None, mount: str = DATA_MOUNT) -> RayJobRun:
     """The run as a RayJob (``gke_ray_tpu.core.ray_job.ray_job`` builds its manifest), pure.
 
     ``code_sha256``: the code archive's full content hash (gke_ray_tpu.core.code_archive.sha256). On a cluster
-    that scales to zero, ``ray_cluster_spec`` is the spec the run brings (or a Pulumi Input of it); ``mount``:
-    where the Ray pods see the bucket that holds the code archive."""
+    that scales to zero, ``ray_cluster_spec`` is the spec the run brings (or a Pulumi Input of it) and
+    ``local_queue`` the LocalQueue of its ``queue`` (it is queued, its pre-running deadline lies past Kueue's
+    timeout, and an elastic run starts on its minimum); ``mount``: where the Ray pods see the bucket that holds the
+    code archive."""
     cluster = run_cluster(args)
     own = bool(cluster["scale_to_zero"])
-    where = OwnCluster(ray_cluster_spec, spec.slices) if own else HeldCluster(cluster["ray_cluster_name"])
+    queue = run_queue(args)
+    where: Any = HeldCluster(cluster["ray_cluster_name"])
+    deadline = None
+    if own:
+        start = spec.min_slices if queue is not None and spec.elastic else None
+        where = OwnCluster(ray_cluster_spec, spec.slices, start_slices=start)
+        deadline = (kueue.queued_pre_running_deadline(queue.get("pods_ready_timeout_s")) if queue is not None
+                    else DEFAULT_PRE_RUNNING_DEADLINE_SECONDS)
     return RayJobRun(
         name=args["run_name"],
         namespace=cluster["namespace"],
@@ -152,6 +177,8 @@ def run_description(args: MaxTextRunArgs, spec: JobSpec, code_sha256: str, ray_c
         cluster=where,
         backoff_limit=int(args.get("backoff_limit", 0)),
         active_deadline_seconds=args.get("active_deadline_seconds"),
+        pre_running_deadline_seconds=deadline,
+        labels=kueue.queue_label(local_queue) if local_queue is not None else {},
     )
 
 
@@ -192,19 +219,25 @@ class MaxTextRun(pulumi.ComponentResource):
             content_type="application/zip",
             opts=child_options(self, opts),
         )
+        queue = run_queue(args)
         run = run_description(args, spec, content_hash, cluster.get("ray_cluster_spec"))
+        metadata: Any = run.metadata  # known now, whatever the cluster's outputs: the job id does not depend on them either
         if isinstance(run.cluster, OwnCluster):
-            manifest = pulumi.Output.from_input(run.cluster.spec).apply(
-                lambda cluster_spec: ray_job(replace(run, cluster=replace(run.cluster, spec=cluster_spec)))
-            )
+            # The RayJob waits for the spec of its cluster and for its queue (through the LocalQueue's name).
+            local_queue = queue["local_queue"] if queue is not None else None
+            manifest = pulumi.Output.all(run.cluster.spec, local_queue).apply(
+                lambda resolved: ray_job(replace(
+                    run, cluster=replace(run.cluster, spec=resolved[0]),
+                    labels=kueue.queue_label(resolved[1]) if resolved[1] is not None else {})))
+            if queue is not None:
+                metadata = manifest.apply(lambda m: m["metadata"])
         else:
             manifest = pulumi.Output.from_input(ray_job(run))
         self.ray_job = k8s.apiextensions.CustomResource(
             f"{name}-rayjob",
             api_version="ray.io/v1",
             kind="RayJob",
-            # Known now, whatever the cluster's outputs: the job id does not depend on them either.
-            metadata=run.metadata,
+            metadata=metadata,
             spec=manifest.apply(lambda m: m["spec"]),
             # KubeRay ignores spec changes once it submitted: a changed run is a new RayJob (same name).
             opts=child_options(self, opts, depends_on=[self.code], replace_on_changes=["spec"], delete_before_replace=True),

@@ -30,7 +30,10 @@ from gke_ray_tpu.components.ray_manifests import (
 from gke_ray_tpu.core.bounds import Bounds
 from gke_ray_tpu.core.capacity import DEFAULT_CAPACITY, capacity_mode, check_autopilot_capacity
 from gke_ray_tpu.core.errors import ConfigError
-from gke_ray_tpu.core.kuberay import MIN_KUBERAY_AUTH, RAY_VERSION, RAYCLUSTER_CRD, served_crd_problems
+from gke_ray_tpu.core.kuberay import (
+    MIN_KUBERAY_AUTH, MIN_KUBERAY_OWN_CLUSTERS, RAY_VERSION, RAYCLUSTER_CRD, RAYJOB_CRD, served_crd_problems,
+    served_rayjob_problems,
+)
 from gke_ray_tpu.core.naming import DNS_LABEL, DNS_SUBDOMAIN, RAY_CLUSTER_NAME, RAY_TPU_CLUSTER_NAME
 from gke_ray_tpu.core.slices import DEFAULT_NUM_SLICES, NUM_SLICES, elastic_min_slices
 from gke_ray_tpu.core.tpu_catalogue import DEFAULT_GENERATION, DEFAULT_TOPOLOGY, slice_shape
@@ -110,6 +113,10 @@ class RayTpuClusterRef(TypedDict):
     """Whether it scales its slices to zero: a run then brings its own RayCluster and waits minutes for its slices."""
     ray_cluster_spec: NotRequired[pulumi.Input[Mapping[str, Any]]]
     """With scale_to_zero: the RayCluster spec each run brings in its RayJob (RayTpuCluster's rayClusterSpec)."""
+    dcn_interfaces: NotRequired[int]
+    """DCN NICs each TPU worker pod claims, which a TpuQueue counts. Default: what the generation's hosts offer, as RayTpuCluster's."""
+    compute_class: NotRequired[str]
+    """Autopilot: its ComputeClass (a TpuQueue refuses Autopilot's DCN claim, which Kueue cannot count)."""
 
 
 def check_image(image: object, key: str) -> str:
@@ -199,7 +206,9 @@ def cluster_ref(
         elastic_min_slices=spec.elastic_min_slices,
         capacity=spec.capacity.name,
         scale_to_zero=spec.scale_to_zero,
+        dcn_interfaces=spec.dcn_interfaces,
         **per_run,
+        **({"compute_class": spec.compute_class} if spec.compute_class else {}),
     )
 
 
@@ -274,29 +283,31 @@ class RayTpuCluster(pulumi.ComponentResource):
         return [r for r in (self.claim_template, self.compute_class, self.network_policy) if r is not None]
 
 
-def served_kuberay(
-    name: str, cluster_name: str, key: str, opts: pulumi.ResourceOptions
-) -> pulumi.Output[pulumi.Resource]:
-    """Read the RayCluster CRD an existing cluster serves (``pulumi preview`` reads it too) and fail unless its
-    KubeRay keeps what a RayTpuCluster declares: token auth (>= 1.5.1) and the workers' DCN claim (>= 1.4).
+def served_kuberay(name: str, cluster_name: str, key: str, own_clusters: bool,
+                   opts: pulumi.ResourceOptions) -> pulumi.Output[pulumi.Resource]:
+    """Read the RayCluster and RayJob CRDs the cluster serves and fail unless its KubeRay keeps every field the
+    stack sets: token auth (>= 1.5.1) and the workers' DCN claim (>= 1.4) and, where runs bring their own cluster
+    (``own_clusters``), the RayJob's ``preRunningDeadlineSeconds`` (>= 1.6.0). On an existing cluster
+    ``pulumi preview`` reads them; on a new one the read waits for the cluster, in ``pulumi up``.
 
-    Pass the result in the RayTpuCluster's ``depends_on``: its RayCluster is then not created on a cluster
-    that would drop those fields and run it open. Only for a cluster that exists before the stack runs; a
-    new cluster serves the CRD only once the add-on has installed it, which the submit command checks.
-    """
-    crd = k8s.apiextensions.v1.CustomResourceDefinition.get(name, RAYCLUSTER_CRD, opts=opts)
+    Pass the result in ``depends_on`` of the RayTpuCluster and of every MaxTextRun: nothing of the stack's Ray is
+    created on a cluster that would drop those fields and run it open (or let a run wait for ever). ``cluster_name``
+    and ``key``: the cluster and the setting an error names."""
+    reads = [k8s.apiextensions.v1.CustomResourceDefinition.get(f"{name}-{crd.split('.')[0]}", crd, opts=opts)
+             for crd in (RAYCLUSTER_CRD, RAYJOB_CRD)]
 
-    def check(spec) -> pulumi.Resource:
+    def check(specs) -> pulumi.Resource:
         # The SDK's output types key their own fields in snake_case; of those the check reads only the schema's.
-        versions = [{**v, "schema": {"openAPIV3Schema": (v.get("schema") or {}).get("open_apiv3_schema") or {}}}
-                    for v in spec.get("versions") or []]
-        problems = served_crd_problems({"spec": {"versions": versions}})
+        raycluster, rayjob = ({"spec": {"versions": [
+            {**v, "schema": {"openAPIV3Schema": (v.get("schema") or {}).get("open_apiv3_schema") or {}}}
+            for v in spec.get("versions") or []]}} for spec in specs)
+        problems = [f"its {RAYCLUSTER_CRD} CRD {problem}" for problem in served_crd_problems(raycluster)]
+        if own_clusters:
+            problems += [f"its {RAYJOB_CRD} CRD {problem}" for problem in served_rayjob_problems(rayjob)]
         if problems:
-            raise ConfigError(
-                key, cluster_name,
-                f"a cluster whose Ray operator add-on runs KubeRay >= {MIN_KUBERAY_AUTH}: its {RAYCLUSTER_CRD} CRD "
-                + "; it ".join(problems),
-            )
-        return crd
+            floor = MIN_KUBERAY_OWN_CLUSTERS if own_clusters else MIN_KUBERAY_AUTH
+            raise ConfigError(key, cluster_name, f"a cluster whose Ray operator add-on runs KubeRay >= {floor}: "
+                              + "; ".join(problems))
+        return reads[-1]
 
-    return crd.spec.apply(check)
+    return pulumi.Output.all(*(read.spec for read in reads)).apply(check)

@@ -43,6 +43,8 @@ class TpuSliceNodePoolArgs(TypedDict):
     """flex-start only: seconds after which GKE stops a node, at most 7 days (GKE's limit and default)."""
     image_streaming: NotRequired[bool]
     """GKE image streaming (gcfs) on the slice's hosts: a Ray pod whose image is in Artifact Registry starts before the image is pulled whole. Needs the Container File System API enabled. Default: true."""
+    queued_provisioning: NotRequired[bool]
+    """flex-start only: GKE's queued provisioning, the slice brought whole for a ProvisioningRequest (which Kueue's admission check makes: TpuQueue's queued_provisioning) and only then; its nodes carry the cloud.google.com/gke-queued taint. Default: false."""
 
 
 def pool_name_for(shape: SliceShape, slice_index: int) -> str:
@@ -80,6 +82,9 @@ def check_args(args: TpuSliceNodePoolArgs, prefix: str = "TpuSliceNodePoolArgs."
         mode.name, args.get("reservation"), mode.scale_to_zero(args.get("scale_to_zero")),
         args.get("max_run_duration_s"), shape.generation, key=lambda name: f"{prefix}{name}",
     )
+    if args.get("queued_provisioning") and mode.name != "flex-start":
+        raise ConfigError(f"{prefix}queued_provisioning", True, f"false for {mode.name} slices: GKE's queued "
+                          "provisioning is a flex-start (Dynamic Workload Scheduler) mode")
     networks = args.get("additional_networks") or []
     check_network_count(shape, len(networks), len(networks), f"{prefix}additional_networks")
     pool = args.get("pool_name") or pool_name_for(shape, int(args.get("slice_index", 0)))
@@ -138,6 +143,8 @@ class TpuSliceNodePool(pulumi.ComponentResource):
             # Flex-start nodes are not repaired (GKE would recreate them outside the request; xpk and
             # Cluster Toolkit turn it off); every other slice keeps the tutorial's auto-repair.
             management=gcp.container.NodePoolManagementArgs(auto_repair=not flex_start, auto_upgrade=True),
+            queued_provisioning=(gcp.container.NodePoolQueuedProvisioningArgs(enabled=True)
+                                 if args.get("queued_provisioning") else None),
             opts=replaced_in_place(child),
         )
         self.pool_name = self.node_pool.name

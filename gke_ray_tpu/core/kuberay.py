@@ -19,17 +19,25 @@ the cluster would run open, so the served CRD is checked first
 A stack that scales its slices to zero runs each job as a RayJob that brings
 its own RayCluster (``gke_ray_tpu.core.ray_job``): Ray's autoscaler cannot release a
 multi-host slice, so the cluster lives and dies with the run. :func:`ray_job_problems`
-is what KubeRay (and Kueue) would refuse in any RayJob.
+is what KubeRay and Kueue would refuse in any RayJob, one rule set.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Mapping
+
+from gke_ray_tpu.core.kueue import ELASTIC_JOB_ANNOTATION, HEAD_POD_SET, MAX_POD_SETS, QUEUE_LABEL
 
 MIN_KUBERAY = "1.4.0"
 RAYCLUSTER_CRD = "rayclusters.ray.io"
+RAYJOB_CRD = "rayjobs.ray.io"
 MIN_KUBERAY_AUTH = "1.5.1"
-"""The first KubeRay whose RayCluster has ``spec.authOptions`` (Ray token auth)."""
+"""The first KubeRay whose RayCluster has ``spec.authOptions`` (Ray token auth): the floor of a stack that holds
+its RayCluster."""
+MIN_KUBERAY_OWN_CLUSTERS = "1.6.0"
+"""The first KubeRay whose RayJob has ``spec.preRunningDeadlineSeconds``: the floor of a stack whose runs bring
+their own cluster (the fields every manifest sets, checked against each release's CRDs: docs/queues.md)."""
 AUTH_TOKEN_KEY = "auth_token"
 """The key of the token in the Secret KubeRay makes for a cluster with token auth
 (``utils.RAY_AUTH_TOKEN_SECRET_KEY``)."""
@@ -88,6 +96,14 @@ def served_crd_problems(crd: Mapping) -> list[str]:
     return problems
 
 
+def served_rayjob_problems(crd: Mapping) -> list[str]:
+    """What a served RayJob CRD would silently drop of what a run that brings its own cluster sets; empty: nothing."""
+    if "preRunningDeadlineSeconds" in (_v1_spec_schema(crd).get("properties") or {}):
+        return []
+    return [f"has no preRunningDeadlineSeconds, so its KubeRay is older than {MIN_KUBERAY_OWN_CLUSTERS} and drops "
+            "the deadline every run's RayJob sets: a run that gets no capacity waits for ever"]
+
+
 def head_service_name(cluster_name: str) -> str:
     """The Service KubeRay creates for a RayCluster's head (its dashboard, Jobs API, GCS and client ports)."""
     return f"{cluster_name}-head-svc"
@@ -106,17 +122,35 @@ def auth_secret_name(cluster_name: str) -> str:
     return name
 
 
-KUEUE_MAX_WORKER_GROUPS = 17
-
-
 def ray_job_problems(manifest: Mapping) -> list[str]:
-    """What KubeRay's own RayJob validation (``ValidateRayJobSpec``) would refuse, plus Kueue's rules for a
-    RayJob it manages where the job brings its own cluster. Empty: accepted."""
+    """Everything that would refuse a RayJob, in one rule set; empty: accepted.
+
+    * KubeRay's own validation (``ValidateRayJobSpec``, ``utils/validation.go``);
+    * Kueue's RayJob webhook for a RayJob in a queue (its ``kueue.x-k8s.io/queue-name`` label):
+      ``pkg/controller/jobs/rayjob/rayjob_webhook.go`` validateCreate, ``raycluster/common.go`` ValidateCreate and
+      ``jobframework/validation.go`` ValidateJobOnCreate (Kueue v0.19.2);
+    * on any cluster a run brings, whether or not it is queued yet: Kueue's limits on its pod sets (at most 18,
+      none named ``head``), and the stack's rule on Ray's autoscaler: it cannot release a multi-host slice
+      (tests/test_ray_node_provider.py), so a run's cluster runs one only to grow as a Kueue elastic job, whose
+      growth Kueue admits against the queue's chips (``gke_ray_tpu.core.ray_job``: elastic runs).
+    """
+    metadata = manifest.get("metadata") or {}
     spec = manifest.get("spec") or {}
+    queue = (metadata.get("labels") or {}).get(QUEUE_LABEL)
+    problems = _kuberay_problems(spec, queued=bool(queue))
+    if queue:
+        problems += _kueue_problems(queue, spec)
+    cluster = spec.get("rayClusterSpec")
+    if cluster:
+        problems += _own_cluster_problems(cluster, metadata)
+    return problems
+
+
+def _kuberay_problems(spec: Mapping, queued: bool) -> list[str]:
     problems = []
     selector = spec.get("clusterSelector") or {}
     backoff = spec.get("backoffLimit")
-    if not selector and not spec.get("rayClusterSpec"):
+    if not selector and not spec.get("rayClusterSpec") and not queued:  # Kueue's wording says it for a queued one
         problems.append("one of rayClusterSpec or clusterSelector must be set")
     if selector and backoff:
         problems.append("backoffLimit > 0 is incompatible with clusterSelector")
@@ -131,15 +165,49 @@ def ray_job_problems(manifest: Mapping) -> list[str]:
     for key in ("activeDeadlineSeconds", "preRunningDeadlineSeconds"):
         if key in spec and spec[key] <= 0:
             problems.append(f"{key} must be positive")
-    cluster = spec.get("rayClusterSpec")
-    if cluster:
-        if ((cluster.get("authOptions") or {}).get("enableK8sTokenAuth")):
-            problems.append("Kubernetes token auth is not supported for a RayJob")
-        groups = cluster.get("workerGroupSpecs") or []
-        if len(groups) > KUEUE_MAX_WORKER_GROUPS:
-            problems.append(f"Kueue manages at most {KUEUE_MAX_WORKER_GROUPS} worker groups")
-        if any(group.get("groupName") == "head" for group in groups):
-            problems.append("Kueue refuses a worker group named 'head'")
-        if cluster.get("enableInTreeAutoscaling"):
-            problems.append("a per-run cluster has no Ray autoscaler (it cannot release multi-host slices)")
+    if ((spec.get("rayClusterSpec") or {}).get("authOptions") or {}).get("enableK8sTokenAuth"):
+        problems.append("Kubernetes token auth is not supported for a RayJob")
     return problems
+
+
+def _kueue_problems(queue: str, spec: Mapping) -> list[str]:
+    """Kueue's webhook on a RayJob in a queue; one more, the stack's own: a queued run brings its cluster, since
+    Kueue lets a RayJob with a clusterSelector through unqueued."""
+    problems = []
+    if not _is_dns_subdomain(queue):
+        problems.append(f"the {QUEUE_LABEL} label {queue!r} is not a DNS-1123 subdomain")
+    selector, cluster = spec.get("clusterSelector"), spec.get("rayClusterSpec")
+    if selector and cluster:
+        return problems + ["a Kueue-managed RayJob must not use an existing cluster (clusterSelector)"]
+    if selector:
+        return problems + ["Kueue does not queue a RayJob that runs on an existing cluster (clusterSelector)"]
+    if not cluster:
+        return problems + ["a Kueue-managed RayJob without clusterSelector needs rayClusterSpec"]
+    if not spec.get("shutdownAfterJobFinishes"):
+        problems.append("a Kueue-managed RayJob must delete its cluster when it ends (shutdownAfterJobFinishes)")
+    return problems
+
+
+def _own_cluster_problems(cluster: Mapping, metadata: Mapping) -> list[str]:
+    problems = []
+    groups = cluster.get("workerGroupSpecs") or []
+    if len(groups) + 1 > MAX_POD_SETS:
+        problems.append(f"{len(groups) + 1} pod sets: Kueue takes at most {MAX_POD_SETS} (the head and "
+                        f"{MAX_POD_SETS - 1} worker groups)")
+    if any(group.get("groupName") == HEAD_POD_SET for group in groups):
+        problems.append(f"a worker group named {HEAD_POD_SET!r}: Kueue reserves it for the head")
+    if cluster.get("enableInTreeAutoscaling"):
+        elastic = (metadata.get("annotations") or {}).get(ELASTIC_JOB_ANNOTATION) == "true"
+        queued = bool((metadata.get("labels") or {}).get(QUEUE_LABEL))
+        if not (elastic and queued):
+            problems.append(f"a per-run cluster runs Ray's autoscaler only as a Kueue elastic job (the {QUEUE_LABEL} "
+                            f"label and {ELASTIC_JOB_ANNOTATION}: \"true\"): it cannot release a multi-host slice, and "
+                            "only Kueue admits its growth against the queue's chips")
+    return problems
+
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _is_dns_subdomain(value: str) -> bool:
+    return len(value) <= 253 and _DNS_SUBDOMAIN.fullmatch(value) is not None

@@ -1,5 +1,6 @@
-"""Kueue for a stack's TPUs: the queue's objects, what a run asks of it, Kueue's rules for a RayJob, and a
-Workload read back as one line for a person.
+"""Kueue for a stack's TPUs: the queue's objects, what a run asks of it and what waiting for it can cost, and a
+Workload read back as one line for a person. Kueue's rules for a RayJob are among the one rule set every RayJob
+passes (``gke_ray_tpu.core.kuberay.ray_job_problems``).
 
 Pure (no Pulumi, no Kubernetes client): the TpuQueue component declares these objects, the submit command
 checks and reads with them, and the tests hold them against Kueue's CRDs and a fake Kueue. Everything here
@@ -13,12 +14,16 @@ installs; docs/queues.md says what it means for a run and what stays unverified.
   sidecar when in-tree autoscaling is on, plus the submitter container in SidecarMode), one per worker group
   of ``replicas x numOfHosts`` pods, and a submitter pod set in K8sJobMode.
 * The Kueue the stack installs counts the chips only (``resources.quotaCheckStrategy: IgnoreUndeclared``, a
-  Beta feature on by default in 0.19): its ClusterQueue covers ``google.com/tpu`` (and the DCN NICs the
-  workers claim, since a DRA device class must be mapped to a resource, ``pkg/dra/claims.go``), not cpu and
-  memory. Chips are what the queue is for; the CPU head runs on the stack's CPU pool; and with cpu covered,
-  Kueue would as often name cpu as the chips when it says why a run waits (it walks a pod set's resources
-  in map order, ``pkg/resources/requests.go``). A Kueue installed by someone else checks every resource a pod
-  requests unless told otherwise (``BlockUndeclared``), so a queue there covers cpu and memory as well.
+  Beta feature on by default in 0.19): its ClusterQueue covers ``google.com/tpu``, not cpu and memory. Chips
+  are what the queue is for; the CPU head runs on the stack's CPU pool; and with cpu covered, Kueue would as
+  often name cpu as the chips when it says why a run waits (it walks a pod set's resources in map order,
+  ``pkg/resources/requests.go``). It runs with its DRA accounting off (:data:`FEATURE_GATES`): the DCN NICs a
+  TPU worker claims are its host's own, so the chips already bound them, and with the accounting on Kueue
+  leaves a run inadmissible unless every claimed device class is mapped to a resource, and always for
+  Autopilot's claim of every NIC (``allocationMode: All``, ``pkg/dra/claims.go``). A Kueue installed by someone
+  else checks every resource a pod requests unless told otherwise (``BlockUndeclared``) and counts DRA claims
+  (``KueueDRAIntegration``, on by default since 0.18), so a queue there covers cpu, memory and the NICs
+  (as :data:`DCN_NIC`: that Kueue must map ``netdev.google.com`` to it) as well.
 """
 
 from __future__ import annotations
@@ -55,7 +60,8 @@ MAX_POD_SETS = 18
 HEAD_POD_SET = "head"
 TPU = "google.com/tpu"
 DCN_NIC = "dcn-nic"
-"""The resource the stack's Kueue counts the DRANET NICs a TPU worker claims as (``resources.deviceClassMappings``)."""
+"""The resource a cluster's own Kueue is expected to count the DRANET NICs a TPU worker claims as (its
+``resources.deviceClassMappings``); the Kueue the stack installs does not count them (:data:`FEATURE_GATES`)."""
 NETDEV_DEVICE_CLASS = "netdev.google.com"
 TPU_TOLERATION = {"key": TPU, "operator": "Exists", "effect": "NoSchedule"}
 """GKE taints TPU nodes ``google.com/tpu``; a flavor's tolerations are added to the pods Kueue admits to it.
@@ -68,6 +74,9 @@ IGNORE_UNDECLARED = "IgnoreUndeclared"
 EVICTED_BY_PODS_READY_TIMEOUT = "PodsReadyTimeout"
 STRICT_FIFO, BEST_EFFORT_FIFO = "StrictFIFO", "BestEffortFIFO"
 QUEUEING_STRATEGIES = (STRICT_FIFO, BEST_EFFORT_FIFO)
+FEATURE_GATES = {"KueueDRAIntegration": False, "KueueDRARejectWorkloadsWhenDRADisabled": False}
+"""The installed Kueue's DRA accounting, off (both Beta and on by default since 0.18, ``pkg/features/kube_features.go``):
+with it off Kueue neither counts nor refuses the DCN claims of the TPU workers (``core/workload_controller.go``)."""
 RAY_FRAMEWORKS = ("batch/job", "ray.io/rayjob", "ray.io/raycluster")
 """The integrations the stack's Kueue runs: RayJobs, and RayClusters because an elastic run's cluster gets its
 scheduling gates from the RayCluster webhook (``raycluster_webhook.go``). batch/job is Kueue's own default."""
@@ -140,9 +149,9 @@ def queue_names(ray_cluster_name: str, namespace: str, key: str) -> QueueNames:
     return names
 
 
-def queue_label(names: QueueNames) -> dict:
-    """The label every run of the stack carries, declared or submitted."""
-    return {QUEUE_LABEL: names.local_queue}
+def queue_label(local_queue: str) -> dict:
+    """The label every run of a stack with a queue carries, declared or submitted (``RayJobRun.labels``)."""
+    return {QUEUE_LABEL: local_queue}
 
 
 # --- The queue's objects ---------------------------------------------------------------------------------------
@@ -262,7 +271,7 @@ class WaitSettings:
         return min(self.backoff_base_s * 2 ** (requeue - 1), self.backoff_max_s)
 
 
-def manager_config(wait: WaitSettings, dcn_nics: bool) -> dict:
+def manager_config(wait: WaitSettings) -> dict:
     """Kueue's Configuration for the Helm chart's ``managerConfig.controllerManagerConfigYaml``.
 
     The chart renders that YAML as the whole configuration (``templates/manager/manager-config.yaml`` adds
@@ -292,14 +301,14 @@ def manager_config(wait: WaitSettings, dcn_nics: bool) -> dict:
         "integrations": {"frameworks": list(RAY_FRAMEWORKS)},
         "resources": {"quotaCheckStrategy": IGNORE_UNDECLARED},
     }
-    if dcn_nics:
-        config["resources"]["deviceClassMappings"] = [{"name": DCN_NIC, "deviceClassNames": [NETDEV_DEVICE_CLASS]}]
     return config
 
 
-def helm_values(wait: WaitSettings, dcn_nics: bool) -> dict:
-    """The chart values the stack sets: its configuration, nothing else (the chart pins the image)."""
-    return {"managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(manager_config(wait, dcn_nics),
+def helm_values(wait: WaitSettings) -> dict:
+    """The chart values the stack sets: its configuration and :data:`FEATURE_GATES` (``controllerManager.featureGates``,
+    ``charts/kueue/values.yaml``), nothing else (the chart pins the image)."""
+    return {"controllerManager": {"featureGates": [{"name": name, "enabled": on} for name, on in FEATURE_GATES.items()]},
+            "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(manager_config(wait),
                                                                             sort_keys=False)}}
 
 
@@ -345,13 +354,16 @@ def _claimed_nics(pod: Mapping, claim_templates: Mapping[str, Mapping]) -> dict[
     return {DCN_NIC: nics} if nics else {}
 
 
-def ray_job_pod_sets(ray_job: Mapping, claim_templates: Optional[Mapping[str, Mapping]] = None) -> list[PodSet]:
+def ray_job_pod_sets(ray_job: Mapping, claim_templates: Optional[Mapping[str, Mapping]] = None, *,
+                     grown: bool = False) -> list[PodSet]:
     """The pod sets Kueue builds for a RayJob that brings its cluster, with each pod's requests.
 
     As ``BuildPodSets`` and ``RayJob.PodSets``: the head (1), plus the autoscaler sidecar with in-tree
     autoscaling and the submitter container in SidecarMode; each worker group as ``replicas`` (default 1) x
     ``numOfHosts``; a submitter pod set in K8sJobMode. ``claim_templates`` (by name) adds the DCN NICs the
-    pods claim. Not modelled: GCS fault tolerance's Redis cleanup (the stack never turns it on)."""
+    pods claim. ``grown``: an elastic run once its cluster has grown to each group's ``maxReplicas`` (what Kueue
+    counts for its last Workload slice). Not modelled: GCS fault tolerance's Redis cleanup (the stack never
+    turns it on)."""
     spec = ray_job.get("spec") or {}
     cluster = spec.get("rayClusterSpec") or {}
     mode = spec.get("submissionMode") or "K8sJobMode"
@@ -366,7 +378,8 @@ def ray_job_pod_sets(ray_job: Mapping, claim_templates: Optional[Mapping[str, Ma
     sets = [PodSet(HEAD_POD_SET, 1, {**pod_requests(head_pod, sidecars), **_claimed_nics(head_pod, templates)})]
     for group in cluster.get("workerGroupSpecs") or []:
         pod = (group.get("template") or {}).get("spec") or {}
-        count = int(group.get("replicas", 1)) * max(int(group.get("numOfHosts", 1)), 1)
+        replicas = group.get("maxReplicas", group.get("replicas", 1)) if grown else group.get("replicas", 1)
+        count = int(replicas) * max(int(group.get("numOfHosts", 1)), 1)
         sets.append(PodSet(group["groupName"], count, {**pod_requests(pod), **_claimed_nics(pod, templates)}))
     if mode == "K8sJobMode":
         submitter = ((spec.get("submitterPodTemplate") or {}).get("spec")
@@ -398,48 +411,7 @@ def queue_quota(ray_cluster_spec: Mapping, slices: int, submission_mode: str, *,
     return {resource: amount for resource, amount in total.items() if resource in kept and amount}
 
 
-# --- Kueue's rules for a RayJob it manages ---------------------------------------------------------------------
-
-def kueue_ray_job_problems(manifest: Mapping, manage_jobs_without_queue_name: bool = False) -> list[str]:
-    """What Kueue's RayJob webhook refuses (``pkg/controller/jobs/rayjob/rayjob_webhook.go`` validateCreate,
-    ``raycluster/common.go`` ValidateCreate, ``jobframework/validation.go`` ValidateJobOnCreate), for a RayJob
-    in a queue. One more, the stack's own: a queued run must bring its cluster, since Kueue lets a RayJob with a
-    clusterSelector through unqueued. Empty: admitted by the webhook."""
-    metadata = manifest.get("metadata") or {}
-    queue = (metadata.get("labels") or {}).get(QUEUE_LABEL)
-    if not queue and not manage_jobs_without_queue_name:
-        return []
-    spec = manifest.get("spec") or {}
-    selector, cluster = spec.get("clusterSelector"), spec.get("rayClusterSpec")
-    problems = []
-    if queue and not _is_dns_subdomain(queue):
-        problems.append(f"the {QUEUE_LABEL} label {queue!r} is not a DNS-1123 subdomain")
-    if selector and cluster:
-        return problems + ["a Kueue-managed RayJob must not use an existing cluster (clusterSelector)"]
-    if selector:
-        return problems + ["Kueue does not queue a RayJob that runs on an existing cluster (clusterSelector)"]
-    if not cluster:
-        return problems + ["a Kueue-managed RayJob without clusterSelector needs rayClusterSpec"]
-    if not spec.get("shutdownAfterJobFinishes"):
-        problems.append("a Kueue-managed RayJob must delete its cluster when it ends (shutdownAfterJobFinishes)")
-    elastic = (metadata.get("annotations") or {}).get(ELASTIC_JOB_ANNOTATION) == "true"
-    if cluster.get("enableInTreeAutoscaling") and not elastic:
-        problems.append(f"a Kueue-managed RayJob may autoscale only as an elastic job ({ELASTIC_JOB_ANNOTATION}: \"true\")")
-    groups = cluster.get("workerGroupSpecs") or []
-    if len(groups) + 1 > MAX_POD_SETS:
-        problems.append(f"{len(groups) + 1} pod sets: Kueue takes at most {MAX_POD_SETS} (the head and "
-                        f"{MAX_POD_SETS - 1} worker groups)")
-    if any(group.get("groupName") == HEAD_POD_SET for group in groups):
-        problems.append(f"a worker group named {HEAD_POD_SET!r}: Kueue reserves it for the head")
-    return problems
-
-
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-def _is_dns_subdomain(value: str) -> bool:
-    return len(value) <= 253 and _DNS_SUBDOMAIN.fullmatch(value) is not None
-
+# --- What Kueue cannot count --------------------------------------------------------------------------------
 
 def claim_problems(claim_template: Mapping) -> list[str]:
     """What Kueue's DRA accounting refuses in a ResourceClaimTemplate a run's pods use (``pkg/dra/claims.go``):
@@ -542,6 +514,20 @@ def waiting_cost(capacity: str, start_slices: int, wait: WaitSettings, *, queued
                        f"each slice's node pool scales on its own: up to {start_slices - 1} can be up while the "
                        f"last never comes, until Kueue's {wait.timeout_s} s timeout evicts the run and GKE "
                        f"removes the nodes (~{scale_down_s} s)")
+
+
+QUEUED_DEADLINE_MARGIN_S = 300
+"""How far a queued run's ``preRunningDeadlineSeconds`` lies past Kueue's PodsReady timeout: KubeRay starts counting
+when it sees the RayJob unsuspended, a moment after Kueue admitted it, so the margin only has to cover Kueue's
+own reconcile; it keeps KubeRay's deadline behind Kueue's eviction whatever the lag."""
+
+
+def queued_pre_running_deadline(timeout_s: Optional[int]) -> int:
+    """A queued run's ``preRunningDeadlineSeconds``: past Kueue's PodsReady timeout (``timeout_s``; None: a
+    cluster's own Kueue, assumed to keep Kueue's default), so Kueue's eviction, which sends the run back to the
+    queue and releases its slices, always comes first; KubeRay's deadline, which fails the run or retries it
+    within the same admission (:func:`deadline_problems`), stays as a backstop should Kueue not wait at all."""
+    return (WaitSettings().timeout_s if timeout_s is None else timeout_s) + QUEUED_DEADLINE_MARGIN_S
 
 
 def deadline_problems(pre_running_deadline_s: Optional[int], backoff_limit: int, wait: WaitSettings) -> list[str]:

@@ -30,6 +30,7 @@ from gke_ray_tpu.core.bounds import Bounds
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.job_spec import DATA_MOUNT, JobSpec, declared_submission_id, entrypoint, runtime_env
 from gke_ray_tpu.core.kuberay import ray_job_problems
+from gke_ray_tpu.core.kueue import AUTOSCALER_REQUESTS, ELASTIC_JOB_ANNOTATION
 from gke_ray_tpu.core.naming import RAY_CLUSTER_NAME, RAY_JOB_NAME, RAY_TPU_CLUSTER_NAME
 
 SUBMISSION_MODE = "HTTPMode"
@@ -53,10 +54,13 @@ ACTIVE_DEADLINE_SECONDS = Bounds(1)
 PRE_RUNNING_DEADLINE_SECONDS = Bounds(1)
 """``preRunningDeadlineSeconds``: seconds a run may wait for its own cluster before KubeRay ends it."""
 DEFAULT_PRE_RUNNING_DEADLINE_SECONDS = 1800
-"""How long a submitted run may wait for its cluster: the Ray head's CPU node from zero (minutes), the TPU
-slices (GKE's cluster autoscaler gives up on a node that is not up within 15 minutes and tries again), and the
-image pull on every host. A run still waiting after 30 minutes is more likely stuck (no quota, no capacity)
-than slow; --pre-running-deadline-seconds raises it."""
+"""How long a run outside a queue may wait for its cluster, per attempt: the Ray head's CPU node from zero
+(minutes), the TPU slices (GKE's cluster autoscaler gives up on a node that is not up within 15 minutes and
+tries again), and the image pull on every host. A run still waiting after 30 minutes is more likely stuck (no
+quota, no capacity) than slow. KubeRay counts it from each start of the RayJob and retries a
+``PreRunningDeadlineExceeded`` like any failure while ``backoffLimit`` allows, on a new cluster
+(``rayjob_controller.go``): a run can wait ``(backoffLimit + 1)`` times this long. In a queue, Kueue's
+PodsReady timeout bounds the wait instead (``gke_ray_tpu.core.kueue.queued_pre_running_deadline``)."""
 
 MEGASCALE_NUM_SLICES = "MEGASCALE_NUM_SLICES"
 """The TPU workers' env var that tells libtpu's multislice runtime how many slices the job spans (the Ray
@@ -124,7 +128,14 @@ class OwnCluster:
     """The stack's RayCluster spec (its ``rayClusterSpec`` output): a CPU head and one TPU worker group. A
     Mapping when :func:`ray_job` builds; until then it may be a Pulumi Input of one."""
     slices: int
-    """The slices the run trains on: the worker group's replicas."""
+    """The slices the run trains on: the worker group's replicas (at most; see ``start_slices``)."""
+    start_slices: Optional[int] = None
+    """An elastic run in a queue: the slices its cluster starts with (its minimum), growing to ``slices`` as
+    Ray Train asks, each growth admitted by Kueue (:func:`elastic_cluster`). None: every slice from the start."""
+
+    @property
+    def elastic(self) -> bool:
+        return self.start_slices is not None and self.start_slices < self.slices
 
 
 @dataclass(frozen=True)
@@ -144,12 +155,17 @@ class RayJobRun:
 
     @property
     def metadata(self) -> dict:
-        """The RayJob's ``metadata``: known before the cluster it runs on is (a Pulumi resource's own input)."""
+        """The RayJob's ``metadata``: known before the cluster it runs on is (a Pulumi resource's own input).
+        An elastic run's cluster is Kueue's elastic job: KubeRay copies the RayJob's annotations to it
+        (``constructRayClusterForRayJob``), and Kueue follows its size (``raycluster/common.go`` UpdatePodSets)."""
         metadata: dict = {"name": self.name, "namespace": self.namespace}
         if self.labels:
             metadata["labels"] = dict(self.labels)
-        if self.annotations:
-            metadata["annotations"] = dict(self.annotations)
+        annotations = dict(self.annotations)
+        if isinstance(self.cluster, OwnCluster) and self.cluster.elastic:
+            annotations[ELASTIC_JOB_ANNOTATION] = "true"
+        if annotations:
+            metadata["annotations"] = annotations
         return metadata
 
 
@@ -166,7 +182,7 @@ def ray_job(run: RayJobRun) -> dict:
         own = run.cluster
         spec["shutdownAfterJobFinishes"] = True
         spec["ttlSecondsAfterFinished"] = TTL_SECONDS_AFTER_FINISHED
-        spec["rayClusterSpec"] = with_slices(own.spec, own.slices)
+        spec["rayClusterSpec"] = with_slices(own.spec, own.slices, own.start_slices)
     else:
         # The selected RayCluster is the stack's, shared by its runs: the RayJob must never delete it.
         spec["clusterSelector"] = {CLUSTER_LABEL: run.cluster.name}
@@ -182,12 +198,15 @@ def ray_job(run: RayJobRun) -> dict:
     return manifest
 
 
-def sized_worker_group(group: Mapping[str, Any], slices: int, min_slices: Optional[int] = None) -> dict:
+def sized_worker_group(group: Mapping[str, Any], slices: int, min_slices: Optional[int] = None,
+                       start_slices: Optional[int] = None) -> dict:
     """A TPU worker group of ``slices`` slices: its replicas and their bounds, and the slice count its containers'
     libtpu is told (:data:`MEGASCALE_NUM_SLICES`). The one place a worker group gets its size, for the stack's
-    RayCluster and for the cluster a run brings alike. No autoscaler runs, so KubeRay keeps ``replicas`` slices
+    RayCluster and for the cluster a run brings alike. Without an autoscaler KubeRay keeps ``replicas`` slices
     (it recreates the pods of a lost one); the bounds only have to hold them: ``min_slices`` (unset: the group's
-    own floor, the stack's elasticMinSlices) at most ``slices``."""
+    own floor, the stack's elasticMinSlices) at most ``slices``. ``start_slices``: an elastic run's cluster
+    starts with that many (``replicas`` and ``minReplicas``) and Ray's autoscaler may raise ``replicas`` to
+    ``maxReplicas`` (:func:`elastic_cluster`)."""
     floor = min_slices if min_slices is not None else int(group.get("minReplicas", slices))
     template = group.get("template") or {}
     pod = template.get("spec") or {}
@@ -196,17 +215,76 @@ def sized_worker_group(group: Mapping[str, Any], slices: int, min_slices: Option
         {**container, "env": [count, *(e for e in container.get("env") or [] if e.get("name") != MEGASCALE_NUM_SLICES)]}
         for container in pod.get("containers") or []
     ]
-    return {**group, "replicas": slices, "minReplicas": min(floor, slices), "maxReplicas": slices,
+    start = slices if start_slices is None else start_slices
+    low = start if start_slices is not None else min(floor, slices)
+    return {**group, "replicas": start, "minReplicas": low, "maxReplicas": slices,
             "template": {**template, "spec": {**pod, "containers": containers}}}
 
 
-def with_slices(cluster_spec: Mapping[str, Any], slices: int) -> dict:
-    """``cluster_spec`` with its one TPU worker group sized for ``slices`` (:func:`sized_worker_group`)."""
+def with_slices(cluster_spec: Mapping[str, Any], slices: int, start_slices: Optional[int] = None) -> dict:
+    """``cluster_spec`` with its one TPU worker group sized for ``slices`` (:func:`sized_worker_group`); with
+    ``start_slices`` below ``slices``, an elastic cluster that starts with them (:func:`elastic_cluster`)."""
     problems = own_cluster_problems(cluster_spec)
     if problems:
         raise ValueError("a run's cluster spec: " + "; ".join(problems))
     (group,) = cluster_spec["workerGroupSpecs"]
+    if start_slices is not None and start_slices < slices:
+        return elastic_cluster(cluster_spec, group, slices, start_slices)
     return {**cluster_spec, "workerGroupSpecs": [sized_worker_group(group, slices)]}
+
+
+AUTOSCALER_VERSION = "v2"
+"""Ray's autoscaler v2: its KubeRay cloud provider counts a multi-host group's replicas as slices (it divides
+the hosts it wants by ``numOfHosts``, ``ray/autoscaler/v2/instance_manager/cloud_providers/kuberay``), where v1's
+counts pods and reaches a slice only through the ``maxReplicas`` cap (tests/test_ray_node_provider.py)."""
+AUTOSCALER_IDLE_TIMEOUT_S = 3600
+"""Seconds a worker may sit idle before Ray's autoscaler releases it: longer than a run's start (image pulls,
+Ray Train's reservation, the first compile), so a slice the run is about to use is never taken away; the
+cluster goes with its run in any case."""
+API_TOKEN_VOLUME = "autoscaler-api-token"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+"""Where Ray's KubeRay provider reads its token and the API server's CA (``IN_CLUSTER_TOKEN_PATH``)."""
+API_TOKEN_SECONDS = 3600
+"""The projected token's lifetime; the kubelet renews it before it expires."""
+
+
+def elastic_cluster(cluster_spec: Mapping[str, Any], group: Mapping[str, Any], slices: int,
+                    start_slices: int) -> dict:
+    """An elastic run's own cluster: it starts with ``start_slices`` slices, and Ray's autoscaler (a sidecar of
+    the head, ``enableInTreeAutoscaling``) raises its TPU group's ``replicas`` to ``slices`` when Ray Train asks
+    for them; Kueue admits each larger size as a new Workload slice and only then lets its pods schedule
+    (docs/queues.md: Elastic runs on their minimum).
+
+    The autoscaler is the one container of the run that calls the Kubernetes API: KubeRay binds the head's
+    service account to a Role that may get and patch the cluster's RayCluster and pods (``common/rbac.go``), and
+    the token is a projected volume mounted into the autoscaler's container alone (``autoscalerOptions.volumeMounts``,
+    ``common/pod.go`` mergeAutoscalerOverrides): the Ray head, where every run's driver runs, still has none
+    (``automountServiceAccountToken: false``). It runs as hardened as the head's Ray container."""
+    head = cluster_spec["headGroupSpec"]
+    template = head.get("template") or {}
+    pod = template.get("spec") or {}
+    ray_container = (pod.get("containers") or [{}])[0]
+    token = {"name": API_TOKEN_VOLUME, "projected": {"sources": [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": API_TOKEN_SECONDS}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+    ]}}
+    options: dict = {
+        "version": AUTOSCALER_VERSION,
+        "idleTimeoutSeconds": AUTOSCALER_IDLE_TIMEOUT_S,
+        "resources": {"requests": dict(AUTOSCALER_REQUESTS), "limits": dict(AUTOSCALER_REQUESTS)},
+        "volumeMounts": [{"name": API_TOKEN_VOLUME, "mountPath": SERVICE_ACCOUNT_DIR, "readOnly": True}],
+    }
+    if ray_container.get("securityContext"):
+        options["securityContext"] = dict(ray_container["securityContext"])
+    head_pod = {**pod, "volumes": [*(pod.get("volumes") or []), token]}
+    return {
+        **cluster_spec,
+        "enableInTreeAutoscaling": True,
+        "autoscalerOptions": options,
+        "headGroupSpec": {**head, "template": {**template, "spec": head_pod}},
+        "workerGroupSpecs": [sized_worker_group(group, slices, start_slices=start_slices)],
+    }
 
 
 def own_cluster_problems(cluster_spec: Mapping[str, Any]) -> list[str]:

@@ -28,10 +28,11 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from gke_ray_tpu.components import dcn_networks, gcs_workload_identity, gke_cluster, ray_tpu_cluster, tpu_slice_node_pool
-from gke_ray_tpu.components import worker_image
+from gke_ray_tpu.components import (
+    dcn_networks, gcs_workload_identity, gke_cluster, ray_tpu_cluster, tpu_queue, tpu_slice_node_pool, worker_image,
+)
 from gke_ray_tpu.components.maxtext_run import MaxTextRunArgs
-from gke_ray_tpu.core import capacity as capacity_rules, gke, naming, ray_job, slices
+from gke_ray_tpu.core import capacity as capacity_rules, gke, kueue, naming, ray_job, slices
 from gke_ray_tpu.core.bounds import Bounds
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.job_spec import JobSpec
@@ -352,7 +353,63 @@ class StackConfig(BaseModel):
         alias="gke-ray-tpu:maxRunDuration",
         description=f"`flex-start` only: seconds after which GKE stops a TPU node, {capacity_rules.MAX_RUN_DURATION.low}-"
         f"{capacity_rules.MAX_RUN_DURATION.high} (unset: GKE's 7 days)",
-        json_schema_extra=feeds("TpuSliceNodePoolArgs.max_run_duration_s"),
+        json_schema_extra=feeds("TpuSliceNodePoolArgs.max_run_duration_s", "TpuQueueArgs.max_run_duration_s"),
+    )
+    install_kueue: Flag = Field(
+        tpu_queue.DEFAULT_INSTALL_KUEUE,
+        alias="gke-ray-tpu:installKueue",
+        description=f"with `scaleToZero`: install Kueue {kueue.KUEUE_VERSION} for the runs' queue (docs/queues.md); `false`: use "
+        "the cluster's own Kueue (>= 0.16, checked at preview), installing nothing",
+        json_schema_extra=feeds("TpuQueueArgs.install_kueue"),
+    )
+    pods_ready_timeout: Annotated[Optional[int], bounded(tpu_queue.PODS_READY_TIMEOUT)] = Field(
+        None,
+        alias="gke-ray-tpu:podsReadyTimeout",
+        description=f"with `scaleToZero`: seconds from a run's admission by which its slices must all be up, else Kueue "
+        f"evicts it, releasing the slices that came, and requeues it; at least {tpu_queue.PODS_READY_TIMEOUT.low} "
+        f"(unset: Kueue's {kueue.WaitSettings().timeout_s}); a Kueue the stack installs",
+        json_schema_extra=feeds("TpuQueueArgs.pods_ready_timeout_s"),
+    )
+    requeue_limit: Annotated[Optional[int], bounded(tpu_queue.REQUEUE_LIMIT)] = Field(
+        None,
+        alias="gke-ray-tpu:requeueLimit",
+        description=f"with `scaleToZero`: requeues after which Kueue gives up a run whose slices never all came "
+        f"(unset: {kueue.WaitSettings().requeue_limit}); a Kueue the stack installs",
+        json_schema_extra=feeds("TpuQueueArgs.requeue_limit"),
+    )
+    queueing_strategy: Literal[kueue.QUEUEING_STRATEGIES] = Field(
+        kueue.STRICT_FIFO,
+        alias="gke-ray-tpu:queueingStrategy",
+        description="with `scaleToZero`: `StrictFIFO` (a run that does not fit holds back the runs behind it) or "
+        "`BestEffortFIFO` (smaller runs behind it may start)",
+        json_schema_extra=feeds("TpuQueueArgs.queueing_strategy"),
+    )
+    cohort: Annotated[Optional[str], _name(naming.DNS_LABEL)] = Field(
+        None,
+        alias="gke-ray-tpu:cohort",
+        description="with `scaleToZero`: a Kueue cohort whose queues (other stacks', other teams') lend each other "
+        "unused chips",
+        json_schema_extra=feeds("TpuQueueArgs.cohort"),
+    )
+    borrowing_limit: Annotated[Optional[int], bounded(tpu_queue.CHIP_LIMIT)] = Field(
+        None,
+        alias="gke-ray-tpu:borrowingLimit",
+        description="with `cohort`: chips the stack's queue may borrow beyond its own (unset: as many as the cohort "
+        "leaves unused)",
+        json_schema_extra=feeds("TpuQueueArgs.borrowing_limit"),
+    )
+    lending_limit: Annotated[Optional[int], bounded(tpu_queue.CHIP_LIMIT)] = Field(
+        None,
+        alias="gke-ray-tpu:lendingLimit",
+        description="with `cohort`: chips of its own the cohort may borrow (unset: all while unused)",
+        json_schema_extra=feeds("TpuQueueArgs.lending_limit"),
+    )
+    queued_provisioning: Flag = Field(
+        tpu_queue.DEFAULT_QUEUED_PROVISIONING,
+        alias="gke-ray-tpu:queuedProvisioning",
+        description="`flex-start` with one slice: GKE's queued provisioning brings the slice whole before Kueue "
+        "admits the run, so waiting bills nothing (the pool is then reachable through Kueue only)",
+        json_schema_extra=feeds("TpuSliceNodePoolArgs.queued_provisioning", "TpuQueueArgs.queued_provisioning"),
     )
     bucket_name: Annotated[str, _rule(naming.check_bucket_name)] = Field(
         alias="gke-ray-tpu:bucketName",
@@ -473,6 +530,7 @@ class StackConfig(BaseModel):
         )
         if self.autopilot:
             capacity_rules.check_autopilot_capacity(self.capacity, config_key("capacity"))
+        self._queue_keys()
         if not self.existing_cluster_name:
             version = gke.parse_version(self.cluster_version, config_key("cluster_version"))
             gke.check_gcs_fuse_floor(version, config_key("cluster_version"))
@@ -498,6 +556,23 @@ class StackConfig(BaseModel):
         for index, _ in enumerate(self.runs):
             self.declared_job(index)
         return self
+
+    _QUEUE_KEYS = ("install_kueue", "pods_ready_timeout", "requeue_limit", "queueing_strategy", "cohort",
+                   "borrowing_limit", "lending_limit", "queued_provisioning")
+
+    def _queue_keys(self) -> None:
+        """The queue's keys apply where runs bring their own cluster (the stack then has a TpuQueue, whose Kueue
+        objects are named after the RayTpuCluster and its namespace)."""
+        if self.scale_to_zero_or_default:
+            kueue.queue_names(self.ray_cluster_name, self.namespace, config_key("ray_cluster_name"))
+            if self.queued_provisioning:
+                tpu_queue.check_queued_provisioning(self.capacity, self.num_slices, config_key("queued_provisioning"))
+            return
+        for field in self._QUEUE_KEYS:
+            if field in self.model_fields_set:
+                raise ConfigError(config_key(field), getattr(self, field),
+                                  f"unset on a stack that holds its slices: its runs go to its RayCluster, no queue "
+                                  f"(set {config_key('scale_to_zero')} true for runs that each bring a cluster and queue)")
 
     def declared_job(self, index: int) -> JobSpec:
         """The job of run ``index`` (``wiring.declared_job``), its errors under the key of the run that sets it."""

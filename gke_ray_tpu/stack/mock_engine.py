@@ -129,6 +129,22 @@ def mock_raycluster_crd() -> dict:
             "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema}]}
 
 
+def mock_rayjob_crd() -> dict:
+    """The spec of the ``rayjobs.ray.io`` CRD a cluster serves, cut to the field the stack checks (a KubeRay >= 1.6.0
+    one: preRunningDeadlineSeconds)."""
+    spec = {"preRunningDeadlineSeconds": {"type": "integer", "format": "int32"}, "jobId": {"type": "string"}}
+    schema = {"openAPIV3Schema": {"properties": {"spec": {"properties": spec}}}}
+    return {"group": "ray.io", "names": {"plural": "rayjobs"},
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema}]}
+
+
+def mock_clusterqueue_crd() -> dict:
+    """The spec of Kueue's ``clusterqueues.kueue.x-k8s.io`` CRD (Kueue 0.19 serves v1beta1 and v1beta2)."""
+    return {"group": "kueue.x-k8s.io", "names": {"kind": "ClusterQueue", "plural": "clusterqueues"},
+            "versions": [{"name": "v1beta1", "served": True, "storage": False},
+                         {"name": "v1beta2", "served": True, "storage": True}]}
+
+
 @dataclass
 class MockGke:
     """What GKE answers in the mock engine: the versions per channel, and existing clusters' settings."""
@@ -137,7 +153,16 @@ class MockGke:
     cluster_changes: Mapping[str, Any] = field(default_factory=dict)
     """Fields of ``mock_existing_cluster`` to change (a cluster without Dataplane V2, say)."""
     served_raycluster_crd: Mapping[str, Any] = field(default_factory=mock_raycluster_crd)
-    """The spec of the RayCluster CRD an existing cluster serves (read at preview)."""
+    """The spec of the RayCluster CRD the cluster serves (read before the stack's RayCluster and runs)."""
+    served_rayjob_crd: Mapping[str, Any] = field(default_factory=mock_rayjob_crd)
+    """The spec of the RayJob CRD the cluster serves (read before the stack's runs)."""
+    served_clusterqueue_crd: Mapping[str, Any] = field(default_factory=mock_clusterqueue_crd)
+    """The spec of the ClusterQueue CRD of a cluster's own Kueue (read when the stack installs none)."""
+
+    def served_crd(self, name: str) -> Mapping[str, Any]:
+        """A CRD the cluster serves, by name, as ``CustomResourceDefinition.get`` reads it."""
+        return {"rayclusters.ray.io": self.served_raycluster_crd, "rayjobs.ray.io": self.served_rayjob_crd,
+                "clusterqueues.kueue.x-k8s.io": self.served_clusterqueue_crd}[name]
     existing_state: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Outputs, by resource type, that differ from the inputs because the resource already exists
     (a bucket created flat before the stack asked for a hierarchical namespace, say)."""
@@ -170,7 +195,8 @@ class _StackMocks(pulumi.runtime.Mocks):
             return args.resource_id, {"name": args.resource_id, "outputs": dict(self.gke.deployed_outputs),
                                       "secretOutputNames": []}
         if args.typ == "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition" and args.resource_id:
-            return args.resource_id, {"metadata": {"name": args.resource_id}, "spec": dict(self.gke.served_raycluster_crd)}
+            return args.resource_id, {"metadata": {"name": args.resource_id},
+                                      "spec": dict(self.gke.served_crd(args.resource_id))}
         if args.typ == "gcp:container/cluster:Cluster":
             if args.resource_id:  # Cluster.get: a cluster this stack reads, named by its ID
                 _, project, _, location, _, name = args.resource_id.split("/")

@@ -13,19 +13,22 @@ import json
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional
 
-from gke_ray_tpu.components.ray_manifests import is_moving_tag
+from gke_ray_tpu.components.ray_manifests import is_moving_tag, ray_cluster_spec
 from gke_ray_tpu.core.errors import ConfigError
-from gke_ray_tpu.core.capacity import CAPACITY_MODES
+from gke_ray_tpu.core import kueue
+from gke_ray_tpu.core.capacity import CAPACITY, CAPACITY_MODES
 from gke_ray_tpu.core.estimates import CostEstimate, HbmBreakdown, estimate_cost, estimate_hbm_from_config, estimate_step_time
 from gke_ray_tpu.core.estimates.mesh import check_kv_head_sharding
 from gke_ray_tpu.core.estimates.cost import CapacityCost, capacity_costs, format_capacity_costs
-from gke_ray_tpu.core.estimates.prices import cpu_machine_usd_per_hour
+from gke_ray_tpu.core.estimates.prices import chip_price, cpu_machine_usd_per_hour
 from gke_ray_tpu.core.maxtext import BASE_DEFAULTS, Value
 from gke_ray_tpu.core.job_spec import COMPILATION_CACHE_DIR, JobSpec, bucket_url, build_job
+from gke_ray_tpu.core.ray_job import SUBMISSION_MODE, with_slices
 from gke_ray_tpu.core.parallelism import check_elastic
 from gke_ray_tpu.core.presets import DEFAULT_PRESET, get_preset
-from gke_ray_tpu.components import gke_cluster
+from gke_ray_tpu.components import gke_cluster, tpu_queue
 from gke_ray_tpu.stack import wiring, xla_check
+from gke_ray_tpu.stack.component_keys import config_keys
 from gke_ray_tpu.stack.config import StackConfig, config_key
 
 
@@ -186,6 +189,32 @@ def check_declared_runs(cfg: StackConfig, info: Callable[[str], None]) -> list[P
     return reports
 
 
+def check_queue_admits(cfg: StackConfig, capacity: Optional[kueue.QueueCapacity] = None) -> None:
+    """Each declared run against the stack's queue (``capacity``: its ClusterQueue's, by default the one the stack
+    declares): a run Kueue could never admit, at its full size, would wait for ever, so it fails preview under
+    its key. A declared run asks for the stack's slices, the queue's quota, so this holds unless the queue is
+    another's (``core.kueue.check_admissible``)."""
+    queue = wiring.queue_args(cfg, wiring.planned_ray_cluster(cfg))
+    if queue is None:
+        return
+    spec = wiring.planned_cluster_spec(cfg)
+    with config_keys(cfg):  # the queue's own rules (a limit without a cohort) name the user's key
+        tpu_queue.check_args(queue)
+        installed = tpu_queue.wait_settings(queue) is not None
+        if capacity is None:
+            names = kueue.queue_names(spec.name, spec.namespace, config_key("ray_cluster_name"))
+            declared = kueue.cluster_queue(names, spec.namespace, tpu_queue.quota(spec, count_host=not installed),
+                                           sharing=tpu_queue.sharing(queue))
+            capacity = kueue.queue_capacity(declared)
+    for index, run in enumerate(cfg.runs):
+        job = cfg.declared_job(index)
+        cluster = with_slices(ray_cluster_spec(spec), job.slices)
+        asked = kueue.usage(kueue.ray_job_pod_sets({"spec": {"submissionMode": SUBMISSION_MODE,
+                                                             "rayClusterSpec": cluster}}))
+        kueue.check_admissible(asked, capacity, f"{config_key('runs')}[{index}]", run.run_name,
+                               ignore_undeclared=installed)
+
+
 def _compiled(cfg: StackConfig, job: JobSpec, key: str, name: str, report: PreflightReport) -> str:
     """XLA's figures for a declared run at each slice count it may train on, under the pods' flags;
     a run XLA does not compile at some count fails preview under its key, naming the count."""
@@ -255,6 +284,63 @@ def check_idle_cost(cfg: StackConfig, info: Callable[[str], None], warn: Callabl
             "minutes for its slices)"
         )
     return costs
+
+
+def check_waiting_cost(cfg: StackConfig, info: Callable[[str], None]) -> list[WaitingCostRow]:
+    """Where runs bring their own cluster and wait in the stack's queue: per capacity mode, the most a run of all
+    the stack's slices can be billed while it waits for slices that do not all come (``core.kueue.waiting_cost``,
+    with the stack's Kueue settings and its chip price). Nothing on a stack that holds its slices."""
+    queue = wiring.queue_args(cfg, wiring.planned_ray_cluster(cfg))
+    if queue is None:
+        return []
+    wait = tpu_queue.wait_settings(queue) or kueue.WaitSettings(requeue_limit=None)
+    try:
+        price = chip_price(cfg.tpu_generation, cfg.region, generation_key=config_key("tpu_generation"),
+                           region_key="gcp:region")
+    except ConfigError as error:
+        info(f"Waiting for slices: not priced ({error})")
+        return []
+    modes = [mode for mode in CAPACITY_MODES if mode != "flex-start" or cfg.shape.generation.flex_start]
+    rows = [waiting_cost_row(cfg, mode, wait, price.usd_per_chip_hour(CAPACITY[mode].spot)) for mode in modes]
+    settings = (f"Kueue's {wait.timeout_s} s PodsReady timeout, "
+                + (f"{wait.requeue_limit} requeue{'s' * (wait.requeue_limit != 1)}" if wait.requeue_limit is not None
+                   else "requeued for ever (the cluster's own Kueue, its settings unknown here)")
+                + f", ~{kueue.SCALE_DOWN_S} s for GKE to remove a slice's idle nodes")
+    lines = [f"Most a run of {cfg.num_slices} x {cfg.shape.pod_type} can be billed while it waits for slices that do "
+             f"not all come ({settings}; ESTIMATE from list prices in {cfg.region}):"]
+    for row in rows:
+        mark = "  <- this stack" if row.capacity == cfg.capacity else ""
+        lines.append(f"  {row.capacity:<12} {row.text}{mark}")
+    info("\n".join(lines))
+    return rows
+
+
+@dataclass(frozen=True)
+class WaitingCostRow:
+    capacity: str
+    cost: kueue.WaitingCost
+    usd: Optional[float]
+    """The bound in dollars (None: unbounded, Kueue requeues for ever)."""
+
+    @property
+    def text(self) -> str:
+        if self.usd is None:
+            return f"no bound: {self.cost.slices_billed} slice(s) x {self.cost.seconds_per_attempt} s per admission, " \
+                   "requeued for ever"
+        if not self.cost.slices_billed or self.usd == 0:
+            return f"$0: {self.cost.why}"
+        hours = self.cost.slice_hours or 0.0
+        bound = "at most " if not CAPACITY[self.capacity].billed_at_list_price else ""
+        return (f"{bound}${self.usd:,.2f}: {self.cost.attempts} admission(s) x {self.cost.slices_billed} slice(s) x "
+                f"{self.cost.seconds_per_attempt / 60:.0f} min = {hours:.2f} slice-hours")
+
+
+def waiting_cost_row(cfg: StackConfig, capacity: str, wait: kueue.WaitSettings, usd_per_chip_hour: float) -> WaitingCostRow:
+    queued = cfg.queued_provisioning and capacity == "flex-start"
+    cost = kueue.waiting_cost(capacity, cfg.num_slices, wait, queued_provisioning=queued)
+    hours = cost.slice_hours
+    usd = None if hours is None else hours * cfg.shape.chips * usd_per_chip_hour
+    return WaitingCostRow(capacity, cost, usd)
 
 
 def check_recreated_slices(cfg: StackConfig, deployed: Mapping[str, object], warn: Callable[[str], None]) -> None:

@@ -36,7 +36,8 @@ from gke_ray_tpu.stack.cold_start import check_cold_start
 from gke_ray_tpu.stack.config import StackConfig, config_key, parse_stack_config
 from gke_ray_tpu.stack.mock_engine import OfflineRun, load_stack_file, run_offline
 from gke_ray_tpu.stack.preflight import (
-    PreflightReport, check_declared_runs, check_idle_cost, check_ray_image, first_up, planned_job, planned_run, preflight,
+    PreflightReport, check_declared_runs, check_idle_cost, check_queue_admits, check_ray_image, check_waiting_cost,
+    first_up, planned_job, planned_run, preflight,
 )
 from gke_ray_tpu.stack.resource_tree import manifests_yaml, render_tree
 from gke_ray_tpu.stack.xla_check import CompileCheckError, SliceCountResults, check_job, pod_flags
@@ -153,10 +154,13 @@ def _sections(section: str, stack: str, cfg: StackConfig, run: Optional[OfflineR
             sections.append(xla.format(report.estimate_by_slices))
         lines: list[str] = []
         costs = check_idle_cost(cfg, info=lines.append, warn=lambda message: lines.append(f"warning: {message}"))
+        check_waiting_cost(cfg, info=lines.append)
         check_ray_image(cfg, warn=lambda message: lines.append(f"warning: {message}"))
         check_cold_start(cfg, info=lines.append)
         sections.append("\n".join(lines))
-        sections.append(first_up(cfg, costs, check_declared_runs(cfg, info=lambda _: None)))
+        declared = check_declared_runs(cfg, info=lambda _: None)
+        check_queue_admits(cfg)
+        sections.append(first_up(cfg, costs, declared))
     return sections
 
 

@@ -14,15 +14,17 @@ from typing import TYPE_CHECKING, Optional, Union
 
 import pulumi
 
-from gke_ray_tpu.components import ray_manifests, ray_tpu_cluster
+from gke_ray_tpu.components import ray_manifests, ray_tpu_cluster, tpu_queue
 from gke_ray_tpu.components.dcn_networks import AdditionalNetwork, DcnNetworksArgs
 from gke_ray_tpu.components.gcs_workload_identity import GcsWorkloadIdentityArgs, GcsWorkloadIdentityRef
 from gke_ray_tpu.components.gke_cluster import GkeRayClusterArgs
 from gke_ray_tpu.components.maxtext_run import MaxTextRunArgs, build_run_job
 from gke_ray_tpu.components.ray_manifests import RayClusterSpec
 from gke_ray_tpu.components.ray_tpu_cluster import RayTpuClusterArgs, RayTpuClusterRef
+from gke_ray_tpu.components.tpu_queue import TpuQueueArgs, TpuQueueRef
 from gke_ray_tpu.components.tpu_slice_node_pool import TpuSliceNodePoolArgs
 from gke_ray_tpu.components.worker_image import WorkerImageArgs
+from gke_ray_tpu.core import kueue
 from gke_ray_tpu.core.job_spec import JobSpec
 
 if TYPE_CHECKING:  # the config model checks its declared runs through this module
@@ -73,6 +75,7 @@ def node_pool_args(cfg: StackConfig, index: int, cluster: pulumi.Resource,
         image_streaming=cfg.image_streaming,
         **({"reservation": cfg.reservation} if cfg.reservation else {}),
         **({"max_run_duration_s": cfg.max_run_duration} if cfg.max_run_duration else {}),
+        **({"queued_provisioning": True} if cfg.queued_provisioning else {}),
     )
 
 
@@ -124,9 +127,30 @@ def ray_cluster_args(cfg: StackConfig, workload_identity: GcsWorkloadIdentityRef
     )
 
 
-def run_args(cfg: StackConfig, index: int, ray_cluster: RayTpuClusterRef) -> MaxTextRunArgs:
-    """The MaxTextRun of declared run ``index`` on ``ray_cluster`` (the RayTpuCluster, or its fields)."""
-    return MaxTextRunArgs(ray_cluster=ray_cluster, **cfg.runs[index].model_dump(exclude_none=True))
+def queue_args(cfg: StackConfig, ray_cluster: RayTpuClusterRef) -> Optional[TpuQueueArgs]:
+    """The TpuQueue of a stack whose runs bring their own cluster (None on a stack that holds its slices)."""
+    if not cfg.scale_to_zero_or_default:
+        return None
+    optional = {
+        "pods_ready_timeout_s": cfg.pods_ready_timeout, "requeue_limit": cfg.requeue_limit, "cohort": cfg.cohort,
+        "borrowing_limit": cfg.borrowing_limit, "lending_limit": cfg.lending_limit,
+        "max_run_duration_s": cfg.max_run_duration if cfg.queued_provisioning else None,
+    }
+    return TpuQueueArgs(
+        ray_cluster=ray_cluster,
+        install_kueue=cfg.install_kueue,
+        queueing_strategy=cfg.queueing_strategy,
+        queued_provisioning=cfg.queued_provisioning,
+        **{key: value for key, value in optional.items() if value is not None},  # type: ignore[typeddict-item]
+    )
+
+
+def run_args(cfg: StackConfig, index: int, ray_cluster: RayTpuClusterRef,
+             queue: Optional[TpuQueueRef] = None) -> MaxTextRunArgs:
+    """The MaxTextRun of declared run ``index`` on ``ray_cluster`` (the RayTpuCluster, or its fields), in ``queue``
+    (the TpuQueue, or its fields) where the stack has one."""
+    return MaxTextRunArgs(ray_cluster=ray_cluster, **({"queue": queue} if queue is not None else {}),
+                          **cfg.runs[index].model_dump(exclude_none=True))
 
 
 def planned_cluster_spec(cfg: StackConfig) -> RayClusterSpec:
@@ -141,7 +165,17 @@ def planned_ray_cluster(cfg: StackConfig) -> RayTpuClusterRef:
     return ray_tpu_cluster.cluster_ref(spec, spec.name, ray_manifests.ray_cluster_spec(spec))
 
 
+def planned_queue(cfg: StackConfig) -> Optional[TpuQueueRef]:
+    """The stack's TpuQueue as its runs see it, before it exists (None without one)."""
+    args = queue_args(cfg, planned_ray_cluster(cfg))
+    if args is None:
+        return None
+    spec = planned_cluster_spec(cfg)
+    names = kueue.queue_names(spec.name, spec.namespace, "TpuQueueArgs.ray_cluster")
+    return tpu_queue.queue_ref(names.local_queue, tpu_queue.wait_settings(args))
+
+
 def declared_job(cfg: StackConfig, index: int) -> JobSpec:
     """The job of declared run ``index``, as the submit command would build it for this stack (same rules; a
     ConfigError names the MaxTextRun argument or MaxText key)."""
-    return build_run_job(run_args(cfg, index, planned_ray_cluster(cfg)))
+    return build_run_job(run_args(cfg, index, planned_ray_cluster(cfg), planned_queue(cfg)))

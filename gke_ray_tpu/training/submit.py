@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from typing import Callable, Optional
 
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.exit_status import OK, run_command
 from gke_ray_tpu.core.kuberay import head_service_name
-from gke_ray_tpu.training.driver import runs, stack_outputs
+from gke_ray_tpu.training.driver import connection, runs, stack_outputs
 from gke_ray_tpu.training.driver.display import PlainDisplay
 from gke_ray_tpu.training.driver.errors import ClusterError
 from gke_ray_tpu.training.driver.jobs_client import TERMINAL
@@ -56,6 +57,9 @@ def _main(request: SubmitRequest) -> int:
             if request.outputs_file
             else stack_outputs.load_stack(request.stack or "")
         )
+        # Every Kubernetes call goes to the stack's cluster: the kubeconfig's current context must be it (or the
+        # one --kube-context names), else a RayJob would be created on another cluster.
+        request = replace(request, kube_context=connection.stack_context(request, outputs))
     if request.dashboard:
         return dashboard(request, outputs)
     if request.follow and request.local and not request.address:
@@ -83,7 +87,8 @@ def dashboard(request: SubmitRequest, outputs) -> int:
     else:
         service = outputs.ray_head_service
     try:
-        with PortForward(outputs.namespace, service, outputs.ray_dashboard_port, context=request.kube_context) as pf:
+        with PortForward(outputs.namespace, service, outputs.ray_dashboard_port, context=request.kube_context,
+                         log=log) as pf:
             log(f"Ray dashboard of {outputs.namespace}/{service} (pod {pf.pod}, port {pf.pod_port}) "
                 "at the URL below; Ctrl-C closes the port-forward")
             print(pf.url, flush=True)
@@ -97,7 +102,7 @@ def _running_head(request: SubmitRequest, outputs, log: Callable[[str], None]) -
     """The head service of the running run's own cluster (``--follow RUN``'s, or the only one running)."""
     from gke_ray_tpu.training.driver import port_forward, run_cluster
 
-    clusters = run_cluster.RunClusters(*port_forward.kube_apis(request.kube_context), outputs.namespace, log)
+    clusters = run_cluster.RunClusters(*port_forward.kube_apis(request.kube_context, log), outputs.namespace, log)
     running = [job for job in clusters.ray_jobs() if run_cluster.job_status(job) not in TERMINAL]
     if request.follow:
         mine = {job.submission_id for job in clusters.run_jobs(request.follow)}

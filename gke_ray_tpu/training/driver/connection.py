@@ -48,13 +48,47 @@ def connect(address: str, hint: str, log: Callable[[str], None], verbose: bool =
         raise ClusterError(f"{what}: {retry.reason(e)} ({hint})") from None
 
 
-def check_kuberay(core, log: Callable[[str], None]) -> None:
-    """The cluster's KubeRay keeps what the stack declares (``cluster_checks``), through ``core``'s API client."""
+def check_kuberay(core, log: Callable[[str], None], own_clusters: bool = False) -> None:
+    """The cluster's KubeRay keeps what the stack declares (``cluster_checks``), through ``core``'s API client;
+    ``own_clusters``: and what a run that brings its own cluster sets."""
     from kubernetes.client import ApiextensionsV1Api
 
     from gke_ray_tpu.training.driver.cluster_checks import check_kuberay as check
 
-    check(ApiextensionsV1Api(core.api_client), log)
+    check(ApiextensionsV1Api(core.api_client), log, own_clusters)
+
+
+def gke_context(project: str, location: str, cluster: str) -> str:
+    """The kubeconfig context ``gcloud container clusters get-credentials`` writes for a GKE cluster."""
+    return f"gke_{project}_{location}_{cluster}"
+
+
+def stack_context(request: SubmitRequest, outputs) -> Optional[str]:
+    """The kubeconfig context the command uses: ``--kube-context``'s as given, else the current one, which must be
+    the stack's cluster (its ``project``, ``clusterLocation`` and ``clusterName`` outputs), else one line naming
+    both. None where no kubeconfig is used (``--local``, ``--address``)."""
+    if request.local or request.address:
+        return None
+    if request.kube_context:
+        return request.kube_context
+    from kubernetes import config
+
+    from gke_ray_tpu.training.driver.port_forward import kubeconfig
+
+    expected = gke_context(outputs.project, outputs.cluster_location, outputs.cluster_name)
+    fetch = (f"`gcloud container clusters get-credentials {outputs.cluster_name} --location "
+             f"{outputs.cluster_location} --project {outputs.project}`")
+    try:
+        _, current = config.list_kube_config_contexts(config_file=kubeconfig())
+    except (config.ConfigException, FileNotFoundError) as e:
+        raise ClusterError(f"no usable kubeconfig ({e}); run {fetch} or pass --address") from None
+    if (current or {}).get("name") != expected:
+        name = (current or {}).get("name")
+        cluster = ((current or {}).get("context") or {}).get("cluster")
+        raise ClusterError(f"the kubeconfig's current context {name} (cluster {cluster}) is not the stack's cluster "
+                           f"{outputs.cluster_name} ({expected}): run {fetch}, or pass --kube-context to name the "
+                           "context to use")
+    return expected
 
 
 @contextmanager
@@ -77,7 +111,8 @@ def job_client(request: SubmitRequest, outputs, workers: int, log: Callable[[str
         from gke_ray_tpu.training.driver.port_forward import PortForward
 
         service = head_service or outputs.ray_head_service
-        with PortForward(outputs.namespace, service, outputs.ray_dashboard_port, context=request.kube_context) as pf:
+        with PortForward(outputs.namespace, service, outputs.ray_dashboard_port, context=request.kube_context,
+                         log=log) as pf:
             log(f"port-forward 127.0.0.1:{pf.local_port} -> {outputs.namespace}/{pf.pod}:{pf.pod_port}")
             if head_service is None:  # a run's own cluster was checked before its RayJob was created
                 check_kuberay(pf.api, log)

@@ -258,7 +258,9 @@ class LocalRayNode(Started):
         from ray.util.state.exception import RayStateApiException
 
         try:
-            return len(self.head.state("nodes", filters=[("state", "=", "ALIVE")]))
+            # Counted here, not filtered by the state API: once a node has died, a filtered list is shorter than
+            # the cluster's total and the API refuses it as truncated (Ray 2.60's _raise_on_missing_output).
+            return sum(1 for node in self.head.state("nodes") if node.state == "ALIVE")
         except RayStateApiException:
             return None
 

@@ -8,10 +8,12 @@ local connection opens its own port-forward stream to that pod.
 
 from __future__ import annotations
 
+import os
 import select
 import socket
 import threading
 
+from gke_ray_tpu.training.driver import retry
 from gke_ray_tpu.training.driver.errors import ClusterError
 
 
@@ -88,9 +90,9 @@ class PortForward:
     from the kubeconfig (``context`` selects a kubeconfig context).
     """
 
-    def __init__(self, namespace: str, service: str, port: int, context: str | None = None, api=None):
+    def __init__(self, namespace: str, service: str, port: int, context: str | None = None, api=None, log=None):
         self.namespace, self.service, self.port = namespace, service, port
-        self._context, self._api = context, api
+        self._context, self._api, self._log = context, api, log
         self._listener: socket.socket | None = None
         self.local_port = 0
         self.stream_error: str | None = None
@@ -106,7 +108,7 @@ class PortForward:
         return self._api
 
     def __enter__(self) -> "PortForward":
-        api = self._api or _core_api(self._context)
+        api = self._api or _core_api(self._context, self._log)
         self.pod, self.pod_port = resolve_pod(api, self.namespace, self.service, self.port)
         self._api = api
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -146,22 +148,60 @@ class PortForward:
             threading.Thread(target=relay, args=(conn, remote), daemon=True).start()
 
 
-def _core_api(context: str | None):
+CONNECT_TIMEOUT_S = 10.0
+"""Seconds to open a connection to the Kubernetes API server."""
+READ_TIMEOUT_S = 30.0
+"""Seconds to wait for its answer: none of the command's calls (a read, a list of a namespace's pods or events)
+takes longer from a server that answers."""
+API_BACKOFF = retry.Backoff(retries=3, first_s=1.0, cap_s=4.0)
+"""Retries of a call that did not reach the API server: 1 + 2 + 4 s between 4 tries, so an unreachable or silent
+server ends a call within 4 x (connect or read timeout) + 7 s."""
+
+
+def kubeconfig() -> str:
+    """The kubeconfig as kubectl finds it: ``$KUBECONFIG`` (one path or several), else ``~/.kube/config``; read at
+    each call (the Kubernetes client reads the variable once, when it is imported)."""
+    return os.environ.get("KUBECONFIG") or "~/.kube/config"
+
+
+def bounded_api_client(context: str | None, log=None):
+    """A Kubernetes ApiClient from the kubeconfig (``context``: that context, else the current one) whose every
+    call is bounded: connect and read timeouts on each request (the client sets none unless asked, so a silent
+    server would hold the command for ever), no retries of urllib3's own, and :data:`API_BACKOFF`'s between
+    calls that did not reach the server, after which the failure is one ClusterError line."""
     from kubernetes import client, config
 
+    configuration = client.Configuration()
     try:
-        config.load_kube_config(context=context)
+        config.load_kube_config(config_file=kubeconfig(), context=context, client_configuration=configuration)
     except (config.ConfigException, FileNotFoundError) as e:
         raise ClusterError(
             f"no usable kubeconfig ({e}); run `gcloud container clusters get-credentials <clusterName>` "
             "or pass --address"
         ) from None
-    return client.CoreV1Api()
+    configuration.retries = False
+    host = configuration.host
+    say = log or (lambda line: None)
+
+    class BoundedApiClient(client.ApiClient):
+        def call_api(self, *args, _request_timeout=None, **kwargs):
+            timeout = _request_timeout or (CONNECT_TIMEOUT_S, READ_TIMEOUT_S)
+            return retry.call(lambda: super(BoundedApiClient, self).call_api(*args, _request_timeout=timeout, **kwargs),
+                              f"the Kubernetes API server at {host} did not answer", say, API_BACKOFF,
+                              retryable=retry.unreached)
+
+    return BoundedApiClient(configuration)
 
 
-def kube_apis(context: str | None):
-    """``(CoreV1Api, CustomObjectsApi)`` from the kubeconfig, sharing one connection."""
+def _core_api(context: str | None, log=None):
     from kubernetes import client
 
-    core = _core_api(context)
+    return client.CoreV1Api(bounded_api_client(context, log))
+
+
+def kube_apis(context: str | None, log=None):
+    """``(CoreV1Api, CustomObjectsApi)`` from the kubeconfig, sharing one bounded connection."""
+    from kubernetes import client
+
+    core = _core_api(context, log)
     return core, client.CustomObjectsApi(core.api_client)

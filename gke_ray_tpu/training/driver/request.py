@@ -11,6 +11,7 @@ from gke_ray_tpu.core.job_spec import DEFAULT_CONFIG, parse_overrides
 from gke_ray_tpu.core.maxtext import Value
 from gke_ray_tpu.core import REPO_ROOT
 from gke_ray_tpu.core.presets import DEFAULT_PRESET, PRESETS
+from gke_ray_tpu.core.kueue import QUEUED_DEADLINE_MARGIN_S
 from gke_ray_tpu.core.ray_job import DEFAULT_PRE_RUNNING_DEADLINE_SECONDS
 
 DEFAULT_LOCAL_DIR = REPO_ROOT / "local-runs"
@@ -46,8 +47,9 @@ class SubmitRequest:
     """Only forward a local port to the RayCluster's Ray dashboard, until Ctrl-C (with ``follow``: that run's)."""
     backoff_limit: int = 0
     """A stack with a cluster per run: KubeRay retries a failed run this many times, each on a new cluster."""
-    pre_running_deadline_seconds: int = DEFAULT_PRE_RUNNING_DEADLINE_SECONDS
-    """A stack with a cluster per run: how long the run may wait for its cluster before KubeRay ends it."""
+    pre_running_deadline_seconds: Optional[int] = None
+    """A stack with a cluster per run: how long the run may wait for its cluster before KubeRay ends it, per attempt
+    (unset: ``gke_ray_tpu.training.driver.submission.pre_running_deadline``)."""
     overrides: dict[str, Value] = field(default_factory=dict)
 
     @property
@@ -118,7 +120,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--min-slices", type=int, help="elastic lower bound (implies --elastic)")
     p.add_argument("--max-failures", type=int, help="worker-group restarts (default 3 elastic or on a Spot stack, else 0)")
     p.add_argument("--address", help="Ray dashboard URL to use as is (no port-forward, no local head)")
-    p.add_argument("--kube-context", help="kubeconfig context for the port-forward")
+    p.add_argument("--kube-context", help="kubeconfig context to use (default: the current one, which must be the "
+                                          "stack's cluster, gke_<project>_<clusterLocation>_<clusterName>)")
     p.add_argument("--output-dir", default=str(DEFAULT_LOCAL_DIR),
                    help="this machine's run directories: <dir>/<run_name>/ gets the job log and the report's figure, "
                         "and with --local MaxText's checkpoints (default local-runs/)")
@@ -130,9 +133,11 @@ def _parser() -> argparse.ArgumentParser:
                         "(--follow RUN picks one)")
     p.add_argument("--backoff-limit", type=int, default=0,
                    help="a stack that scales to zero: retries of a failed run, each on a new cluster (default 0)")
-    p.add_argument("--pre-running-deadline-seconds", type=int, default=DEFAULT_PRE_RUNNING_DEADLINE_SECONDS,
+    p.add_argument("--pre-running-deadline-seconds", type=int,
                    help="a stack that scales to zero: seconds a run may wait for its cluster (TPU slices, Ray head) "
-                        f"before KubeRay ends it (default {DEFAULT_PRE_RUNNING_DEADLINE_SECONDS})")
+                        "before KubeRay ends it, per attempt; in the stack's queue, above Kueue's PodsReady timeout "
+                        f"(default: that timeout + {QUEUED_DEADLINE_MARGIN_S}; without a queue "
+                        f"{DEFAULT_PRE_RUNNING_DEADLINE_SECONDS})")
     p.add_argument("--verbose", action="store_true", help="stream the job's whole log, not only progress")
     p.add_argument("overrides", nargs="*", metavar="key=value",
                    help="MaxText overrides, e.g. steps=20 (run_name=NAME follows or resumes that run)")

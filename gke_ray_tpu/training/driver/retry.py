@@ -68,8 +68,17 @@ def reason(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def call(fn: Callable[[], T], what: str, log: Callable[[str], None], backoff: Backoff | None = None) -> T:
-    """``fn()``, retried on transient errors with a progress line per retry.
+def unreached(e: BaseException) -> bool:
+    """Whether ``e`` is a failure to reach the Kubernetes API server at all (refused, reset, timed out, no route),
+    as urllib3 raises it under the Kubernetes client, rather than an answer of it."""
+    from urllib3.exceptions import HTTPError as TransportError
+
+    return isinstance(e, (TransportError, ConnectionError, TimeoutError))
+
+
+def call(fn: Callable[[], T], what: str, log: Callable[[str], None], backoff: Backoff | None = None,
+         retryable: Callable[[BaseException], bool] = transient) -> T:
+    """``fn()``, retried on transient errors (``retryable``) with a progress line per retry.
 
     A non-transient error propagates unchanged (the caller knows what it means);
     a transient one that outlasts the retries becomes a ClusterError naming ``what``.
@@ -79,8 +88,8 @@ def call(fn: Callable[[], T], what: str, log: Callable[[str], None], backoff: Ba
     while True:
         try:
             return fn()
-        except Exception as e:  # noqa: BLE001 - transient() decides
-            if not transient(e):
+        except Exception as e:  # noqa: BLE001 - retryable() decides
+            if not retryable(e):
                 raise
             if retry == backoff.retries:
                 raise ClusterError(

@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
-from gke_ray_tpu.core import code_archive
+from gke_ray_tpu.core import code_archive, kueue
 from gke_ray_tpu.core.ray_job import OwnCluster, RayJobRun, is_multi_host, max_ray_job_name, ray_job_name
 from gke_ray_tpu.training.driver import retry
 from gke_ray_tpu.training.driver.errors import ClusterError
@@ -51,21 +51,32 @@ SUMMARY_CHARS = 400
 
 POLL_S = 5.0
 """Seconds between two looks at a waiting run (its RayJob, pods and events): a cold start takes minutes."""
+QUEUE_WATCH_S = 60.0
+"""Seconds between two looks at a running run's place in the queue (an elastic run's growth)."""
+
+
+def now() -> float:
+    """The command's clock: what it says times in Kueue's terms against (Kueue's backoffs and timeouts)."""
+    return time.time()
 REMIND_S = 300
 """A waiting run's line again after this long without news, with the time since its RayJob started."""
 
 
 def submitted_run(submission_id: str, submission: Submission, outputs, request: SubmitRequest) -> RayJobRun:
     """The run of ``submission`` as Ray job ``submission_id``: a RayJob named for it, bringing the stack's cluster
-    with the run's slices (``gke_ray_tpu.core.ray_job.ray_job`` builds it)."""
+    with the run's slices (``gke_ray_tpu.core.ray_job.ray_job`` builds it), in the stack's queue where it has one,
+    where an elastic run starts on its minimum and grows."""
     cluster_spec = outputs.ray_cluster_spec
+    spec = submission.spec
+    queued = outputs.local_queue is not None
     return RayJobRun(
         name=ray_job_name(submission_id, max_ray_job_name(is_multi_host(cluster_spec))),
         namespace=outputs.namespace,
         command=submission.command(submission_id),
-        cluster=OwnCluster(cluster_spec, submission.spec.slices),
+        cluster=OwnCluster(cluster_spec, spec.slices, start_slices=spec.min_slices if queued and spec.elastic else None),
         backoff_limit=request.backoff_limit,
-        pre_running_deadline_seconds=request.pre_running_deadline_seconds,
+        pre_running_deadline_seconds=submission.pre_running_deadline_seconds,
+        labels=kueue.queue_label(outputs.local_queue) if queued else {},
     )
 
 
@@ -123,8 +134,10 @@ class Waited:
     """How the wait for a run's cluster ended."""
 
     cluster: Optional[str]
-    """The run's RayCluster, once its job runs there (None: the RayJob ended first)."""
+    """The run's RayCluster, once its job runs there (None: the RayJob ended first, or Kueue gave it up)."""
     ray_job: dict
+    given_up: str = ""
+    """Kueue's line, when it gave the run up (its slices never all came, past the queue's requeue limit)."""
 
 
 class RunClusters:
@@ -132,10 +145,16 @@ class RunClusters:
 
     def __init__(self, core, custom, namespace: str, log: Callable[[str], None],
                  sleep: Callable[[float], None] = time.sleep, poll_s: Optional[float] = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Optional[Callable[[], float]] = None, outputs=None):
         self.core, self.custom, self.namespace = core, custom, namespace
-        self.log, self.sleep, self.clock = log, sleep, clock
+        self.log, self.sleep, self.clock = log, sleep, clock or now
         self.poll_s = POLL_S if poll_s is None else poll_s
+        self.queue = None
+        """The stack's queue (``queue_status.RunInQueue``), where its outputs name one."""
+        if outputs is not None and outputs.local_queue is not None:
+            from gke_ray_tpu.training.driver.queue_status import RunInQueue
+
+            self.queue = RunInQueue(core, custom, namespace, outputs, self._call, self.clock)
 
     def _call(self, what: str, fn):
         from kubernetes.client.exceptions import ApiException
@@ -225,11 +244,12 @@ class RunClusters:
         return text if len(text) <= SUMMARY_CHARS else text[:SUMMARY_CHARS - 3] + "..."
 
     def wait_for_cluster(self, name: str, deadline_s: Optional[float] = None) -> Waited:
-        """Follow RayJob ``name`` until its job runs on its cluster, or the RayJob ends.
+        """Follow RayJob ``name`` until its job runs on its cluster, or the RayJob ends (or Kueue gives it up).
 
-        A line per change of what it waits for, and again every :data:`REMIND_S` while nothing changes.
-        ``deadline_s``: the RayJob's preRunningDeadlineSeconds, for the seconds left of it."""
-        said = {"hosts": "", "events": ""}
+        A line per change of what it waits for (in the queue: Kueue's word on it), and again every :data:`REMIND_S`
+        while nothing changes. ``deadline_s``: the RayJob's preRunningDeadlineSeconds, for the seconds left of it
+        (outside a queue: in one, Kueue's eviction comes first and its line says when)."""
+        said = {"hosts": "", "events": "", "queue": ""}
         said_at = self.clock()
         while True:
             job = self.read(name)
@@ -238,28 +258,44 @@ class RunClusters:
             cluster = status.get("rayClusterName") or ""
             if deployment in FINISHED:
                 return Waited(None, job)
+            if self.queue is not None:
+                standing = self.queue.standing(job)
+                # In the queue, with no cluster yet, Kueue's line is the one said again after REMIND_S.
+                again = not cluster and self.clock() - said_at >= REMIND_S
+                if standing.news != said["queue"] or again:
+                    self.log(standing.said())
+                    said["queue"], said_at = standing.news, self.clock()
+                if standing.given_up:
+                    return Waited(None, job, standing.line)
             waited = self.clock() - (_epoch(status.get("startTime")) or said_at)
-            if cluster:
-                pods = self._pods(cluster)
-                workers = [p for p in pods if (p.metadata.labels or {}).get("ray.io/node-type") == "worker"]
-                head_up = any(serving(p) for p in pods if (p.metadata.labels or {}).get("ray.io/node-type") == "head")
-                if deployment == "Running" and head_up:
-                    return Waited(cluster, job)
-                hosts = hosts_of(job["spec"]["rayClusterSpec"])
-                line = (f"waiting for TPU slices: {sum(map(serving, workers))} of {hosts} hosts ready"
-                        f"{'' if head_up else '; Ray head not ready yet'} (RayCluster {cluster})")
-            else:
-                line = f"waiting for KubeRay to create the run's RayCluster (RayJob {name}: {deployment or 'new'})"
-            if line != said["hosts"] or self.clock() - said_at >= REMIND_S:
+            line = self._hosts_line(name, job, cluster, deployment)
+            if line == "running":
+                return Waited(cluster, job)
+            if line and (line != said["hosts"] or self.clock() - said_at >= REMIND_S):
                 self.log(line if line != said["hosts"] else f"{line}, {waited:.0f} s after the RayJob started")
                 said["hosts"], said_at = line, self.clock()
             events = self._events(name, cluster)
             if events and events != said["events"]:
-                left = "" if deadline_s is None else \
+                left = "" if deadline_s is None or self.queue is not None else \
                     f" ({max(0.0, deadline_s - waited):.0f} s left of preRunningDeadlineSeconds={deadline_s:.0f})"
                 self.log(f"not scheduled yet{left}: {events}")
                 said["events"] = events
             self.sleep(self.poll_s)
+
+    def _hosts_line(self, name: str, job: Mapping, cluster: str, deployment: str) -> str:
+        """What the run's cluster waits for ("running": its job runs; empty: nothing to say beyond the queue's)."""
+        if not cluster:
+            if self.queue is not None:  # suspended or not yet started: the queue's line says why
+                return ""
+            return f"waiting for KubeRay to create the run's RayCluster (RayJob {name}: {deployment or 'new'})"
+        pods = self._pods(cluster)
+        workers = [p for p in pods if (p.metadata.labels or {}).get("ray.io/node-type") == "worker"]
+        head_up = any(serving(p) for p in pods if (p.metadata.labels or {}).get("ray.io/node-type") == "head")
+        if deployment == "Running" and head_up:
+            return "running"
+        hosts = hosts_of(job["spec"]["rayClusterSpec"])
+        return (f"waiting for TPU slices: {sum(map(serving, workers))} of {hosts} hosts ready"
+                f"{'' if head_up else '; Ray head not ready yet'} (RayCluster {cluster})")
 
     def wait_after_job(self, name: str, cluster: str, timeout_s: float = 60) -> dict:
         """The RayJob once KubeRay has seen its job end on ``cluster``: finished, or retrying on a new cluster."""

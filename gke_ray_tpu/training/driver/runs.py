@@ -112,9 +112,9 @@ def run_files(request: SubmitRequest, outputs, submission: Optional[Submission],
 
 
 def stream(api: JobsApi, sid: str, spec: JobSpec, outputs, run_dir: Path, progress: Progress,
-           verbose: bool) -> Followed:
+           verbose: bool, watch: Optional[Callable[[], None]] = None) -> Followed:
     """Follow a job to its end, its log into ``job.log`` and its progress shown; Ray's message when the log says
-    nothing of why it failed."""
+    nothing of why it failed. ``watch``: called as the log comes (a queued run's place in the queue)."""
     with open_job_log(run_dir, sid) as log_file:
         job_record(api, sid, spec, outputs).save(run_dir)
 
@@ -126,6 +126,8 @@ def stream(api: JobsApi, sid: str, spec: JobSpec, outputs, run_dir: Path, progre
                 sys.stdout.flush()
             for news in progress.feed(text):
                 display.news(news)
+            if watch is not None:
+                watch()
 
         display = for_stream(spec.steps)
         try:
@@ -191,8 +193,8 @@ class OnOwnClusters:
         from gke_ray_tpu.training.driver import port_forward, run_cluster
 
         self.request, self.outputs, self.log = request, outputs, log
-        self.core, custom = port_forward.kube_apis(request.kube_context)
-        self.runs = run_cluster.RunClusters(self.core, custom, outputs.namespace, log)
+        self.core, custom = port_forward.kube_apis(request.kube_context, log)
+        self.runs = run_cluster.RunClusters(self.core, custom, outputs.namespace, log, outputs=outputs)
         self.names: dict[str, str] = {}
         """The RayJob of each job id, once known."""
 
@@ -203,16 +205,19 @@ class OnOwnClusters:
         from gke_ray_tpu.training.driver import run_cluster
 
         assert submission.code_files is not None
-        connection.check_kuberay(self.core, self.log)
+        connection.check_kuberay(self.core, self.log, own_clusters=True)
+        manifest = ray_job(run_cluster.submitted_run(sid, submission, self.outputs, self.request))
+        if self.runs.queue is not None:  # a run the queue could never admit is refused before anything is made
+            self.runs.queue.check_admissible(manifest, submission.spec.slices, self.log)
         run_cluster.upload_archive(run_cluster.gcs_filesystem(), self.outputs.bucket_name, submission.code_files,
                                    self.log)
-        manifest = ray_job(run_cluster.submitted_run(sid, submission, self.outputs, self.request))
         name = manifest["metadata"]["name"]
         where = f"RayJob {self.outputs.namespace}/{name}"
         created = self.runs.create(manifest)
         self.names[sid] = name
         if created:
-            self.log(f"created {where} for {sid} (its own RayCluster; KubeRay deletes it when the job ends): "
+            queued = f" in queue {self.outputs.local_queue}" if self.runs.queue is not None else ""
+            self.log(f"created {where}{queued} for {sid} (its own RayCluster; KubeRay deletes it when the job ends): "
                      f"{submission.entrypoint}")
         else:
             self.log(f"{where} was created meanwhile; following it")
@@ -247,13 +252,16 @@ class OnOwnClusters:
         while True:
             deadline = (self.runs.read(name).get("spec") or {}).get("preRunningDeadlineSeconds")
             waited = self.runs.wait_for_cluster(name, deadline)
-            if waited.cluster is None:  # KubeRay's reason is the run's error line
+            if waited.cluster is None:  # Kueue's or KubeRay's reason is the run's error line
                 record = job_record(run_cluster.RayJobTiming(waited.ray_job), sid, spec, self.outputs)
+                if waited.given_up:
+                    return Followed("FAILED", waited.given_up, record)
                 return Followed(run_cluster.job_status(waited.ray_job), run_cluster.ended_line(waited.ray_job), record)
             head = head_service_name(waited.cluster)
             with connection.job_client(self.request, self.outputs, spec.slices, self.log, head_service=head) as client, \
                     JobsApi(client, self.log) as api:
-                followed = stream(api, sid, spec, self.outputs, run_dir, progress, self.request.verbose)
+                followed = stream(api, sid, spec, self.outputs, run_dir, progress, self.request.verbose,
+                                  self._watch(name))
             # A failed job may be retried: KubeRay says so once it has seen the job end.
             after = waited.ray_job if followed.status == "SUCCEEDED" else self.runs.wait_after_job(name, waited.cluster)
             if (after.get("status") or {}).get("jobDeploymentStatus") not in (*run_cluster.FINISHED, "Running"):
@@ -263,6 +271,15 @@ class OnOwnClusters:
             self.log(f"KubeRay deletes RayCluster {waited.cluster} {after['spec'].get('ttlSecondsAfterFinished', 0)} s "
                      "after the job ended; GKE then removes its TPU nodes")
             return followed
+
+    def _watch(self, name: str) -> Optional[Callable[[], None]]:
+        """While a queued run's job runs: what Kueue says of it when that changes (an elastic run's growth)."""
+        if self.runs.queue is None:
+            return None
+        from gke_ray_tpu.training.driver import queue_status, run_cluster
+
+        return queue_status.Watch(self.runs.queue, lambda: self.runs.read(name), self.log, run_cluster.QUEUE_WATCH_S,
+                                  said=self.runs.queue.standing(self.runs.read(name)).news)
 
     def interrupted(self, sid: str, run_name: str) -> None:
         """Ctrl-C leaves the run going on its own cluster: how to follow it again, and how to stop it."""

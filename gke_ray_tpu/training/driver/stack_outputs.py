@@ -37,7 +37,11 @@ class StackOutputs(BaseModel):
 
     model_config = ConfigDict(frozen=True, alias_generator=to_camel, extra="ignore")
 
+    project: Text
     region: Text
+    cluster_name: Text
+    cluster_location: Text
+    """With ``project`` and ``cluster_name``: the GKE cluster, whose kubeconfig context the command insists on."""
     namespace: Text
     bucket_name: Text
     ray_head_service: Text
@@ -60,6 +64,27 @@ class StackOutputs(BaseModel):
     ray_cluster_spec: Optional[dict[str, Any]] = None
     """The RayCluster spec every run brings (a RayJob's ``rayClusterSpec``), exported exactly when the stack
     scales to zero; None: the stack's long-lived RayCluster runs jobs."""
+    local_queue: Optional[Text] = None
+    """The LocalQueue every run of a stack that scales to zero waits in (TpuQueue's); None: no queue (a held
+    stack, or one deployed before its runs were queued)."""
+    cluster_queue: Optional[Text] = None
+    """The ClusterQueue behind it: what a run is checked against before it is queued."""
+    pods_ready_timeout_s: Optional[StrictInt] = None
+    """Kueue's PodsReady timeout where the stack installed Kueue; None: unknown (the cluster's own Kueue)."""
+    requeue_limit: Optional[StrictInt] = None
+    """Requeues before Kueue gives a run up, where the stack installed Kueue."""
+
+    @property
+    def queue_wait(self):
+        """The queue's waiting settings (None without a queue); with the cluster's own Kueue, Kueue 0.19's defaults
+        (a 1800 s timeout, requeued for ever), which that Kueue may not keep."""
+        from gke_ray_tpu.core.kueue import WaitSettings
+
+        if self.local_queue is None:
+            return None
+        if self.pods_ready_timeout_s is None:
+            return WaitSettings(requeue_limit=None)
+        return WaitSettings(timeout_s=self.pods_ready_timeout_s, requeue_limit=self.requeue_limit)
 
     @property
     def capacity_mode(self) -> CapacityMode:
@@ -106,6 +131,9 @@ class StackOutputs(BaseModel):
                 "rayClusterSpec", "(set)", "no rayClusterSpec on a stack that holds its slices (scaleToZero "
                 "false): its jobs run on its RayCluster"
             )
+        if self.local_queue is not None and not self.scale_to_zero:
+            raise ConfigError("localQueue", self.local_queue, "null on a stack that holds its slices (scaleToZero "
+                              "false): its jobs run on its RayCluster, unqueued")
         if self.ray_cluster_spec is None and self.scale_to_zero:
             raise ConfigError(
                 "rayClusterSpec", None, "the RayCluster spec each run brings, which a stack that scales to zero "

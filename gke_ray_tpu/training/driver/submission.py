@@ -17,7 +17,10 @@ from gke_ray_tpu.core.job_spec import (
     COMPILATION_CACHE_DIR, SHIPPED_PACKAGES, JobSpec, build_job, entrypoint, run_location, runtime_env,
 )
 from gke_ray_tpu.core.presets import DEFAULT_PRESET, get_preset
-from gke_ray_tpu.core.ray_job import PRE_RUNNING_DEADLINE_SECONDS, JobCommand, archived_command, check_backoff_limit
+from gke_ray_tpu.core.kueue import deadline_problems, queued_pre_running_deadline
+from gke_ray_tpu.core.ray_job import (
+    DEFAULT_PRE_RUNNING_DEADLINE_SECONDS, PRE_RUNNING_DEADLINE_SECONDS, JobCommand, archived_command, check_backoff_limit,
+)
 from gke_ray_tpu.training.driver.request import REPO_ROOT, SubmitRequest
 from gke_ray_tpu.training.driver.stack_outputs import StackOutputs
 
@@ -39,6 +42,8 @@ class Submission:
     """This machine's directory for the run: its job log (and, locally, checkpoints and metrics)."""
     code_files: Optional[dict[str, Path]] = None
     """A run that brings its own cluster: the code archive's files (the job imports the archive in the bucket)."""
+    pre_running_deadline_seconds: Optional[int] = None
+    """A run that brings its own cluster: its RayJob's ``preRunningDeadlineSeconds`` (:func:`pre_running_deadline`)."""
 
     def command(self, submission_id: str) -> JobCommand:
         """What KubeRay submits for a run that brings its own cluster, as Ray job ``submission_id``."""
@@ -85,10 +90,10 @@ def for_cluster(request: SubmitRequest, outputs: StackOutputs) -> Submission:
         compilation_cache_dir=COMPILATION_CACHE_DIR,
     )
     check_backoff_limit(request.backoff_limit, outputs.scale_to_zero, "--backoff-limit")
-    code_files = None
+    code_files, deadline = None, None
     if outputs.scale_to_zero:
         # KubeRay posts the job (HTTPMode): no files of this machine's reach the cluster, the archive does.
-        PRE_RUNNING_DEADLINE_SECONDS.check(request.pre_running_deadline_seconds, "--pre-running-deadline-seconds")
+        deadline = pre_running_deadline(request, outputs)
         code_files = code_archive.package_files()
         # The job checks the archive against this checkout's code before importing anything of it.
         archived = archived_command(spec, code_archive.sha256(code_files), cold_start=True)
@@ -103,7 +108,26 @@ def for_cluster(request: SubmitRequest, outputs: StackOutputs) -> Submission:
         checkpoints=run_location(spec, "checkpoints", outputs.bucket_name),
         run_dir=out_dir / spec.run_name,
         code_files=code_files,
+        pre_running_deadline_seconds=deadline,
     )
+
+
+def pre_running_deadline(request: SubmitRequest, outputs: StackOutputs) -> int:
+    """The run's ``preRunningDeadlineSeconds``: ``--pre-running-deadline-seconds``, else the default, which in the
+    stack's queue lies past Kueue's PodsReady timeout. KubeRay counts it per attempt and retries a run that
+    reaches it (``gke_ray_tpu.core.ray_job.DEFAULT_PRE_RUNNING_DEADLINE_SECONDS``); in a queue a deadline within
+    Kueue's timeout would cut Kueue's requeue short, so it is refused (``gke_ray_tpu.core.kueue.deadline_problems``)."""
+    key = "--pre-running-deadline-seconds"
+    wait = outputs.queue_wait
+    if request.pre_running_deadline_seconds is None:
+        return (DEFAULT_PRE_RUNNING_DEADLINE_SECONDS if wait is None
+                else queued_pre_running_deadline(outputs.pods_ready_timeout_s))
+    deadline = PRE_RUNNING_DEADLINE_SECONDS.check(request.pre_running_deadline_seconds, key)
+    problems = deadline_problems(deadline, request.backoff_limit, wait) if wait is not None else []
+    if problems:
+        raise ConfigError(key, deadline, f"more than Kueue's {wait.timeout_s} s PodsReady timeout, so that Kueue "
+                                         f"requeues a run whose slices do not all come: {problems[0]}")
+    return deadline
 
 
 def _on_cpu(env: dict) -> dict:
