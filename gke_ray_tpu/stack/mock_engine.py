@@ -13,12 +13,14 @@ runs, and nothing outside this machine is asked.
 
 from __future__ import annotations
 
+import atexit
 import contextvars
 import functools
 import hashlib
 import json
 import logging
 import runpy
+import shutil
 import socketserver
 import tempfile
 import threading
@@ -305,8 +307,11 @@ class _PingHandler(socketserver.StreamRequestHandler):
 
 @functools.cache
 def _daemon_stand_in() -> str:
-    """A socket of this process that answers Docker's ping, for the life of the process."""
-    path = f"{tempfile.mkdtemp(prefix='mock-docker-')}/docker.sock"
+    """A socket of this process that answers Docker's ping, for the life of the process (its directory removed at
+    exit)."""
+    directory = tempfile.mkdtemp(prefix="mock-docker-")
+    atexit.register(shutil.rmtree, directory, True)
+    path = f"{directory}/docker.sock"
     server = socketserver.ThreadingUnixStreamServer(path, _PingHandler)
     threading.Thread(target=server.serve_forever, daemon=True, name="mock-docker-daemon").start()
     return f"unix://{path}"
