@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import socket
+import subprocess
+import sys
+import textwrap
 import threading
 
 import pytest
 
+from gke_ray_tpu.core import REPO_ROOT
 from gke_ray_tpu.core.kuberay import served_rayjob_problems
 from gke_ray_tpu.stack.mock_engine import MockGke, OfflineRun, run_offline
 from gke_ray_tpu.training.driver import port_forward, retry
@@ -179,3 +184,29 @@ def test_declared_runs_wait_for_the_served_crds_and_an_old_kuberay_fails_pulumi_
     # A stack that holds its RayCluster sets no deadline: its floor is 1.5.1.
     held = run_offline(dev_config, gke=MockGke(served_rayjob_crd=copy.deepcopy(old)))
     assert held.of_type("kubernetes:ray.io/v1:RayJob")
+
+
+def test_a_stack_that_fails_on_an_output_says_so_once_not_once_per_waiting_resource(tmp_path):
+    """The resources that waited on the failing read are collected when the next run starts or at exit; asyncio
+    must not print each one's traceback of the error the caller already has."""
+    script = tmp_path / "fail.py"
+    script.write_text(textwrap.dedent("""
+        import gc
+        from tests.test_fail_closed import kuberay_15_rayjob_crd
+        from tests.conftest import with_keys
+        from gke_ray_tpu.stack.mock_engine import MockGke, load_stack_file, run_offline
+        from gke_ray_tpu.core import REPO_ROOT
+
+        config = with_keys(load_stack_file(REPO_ROOT / "Pulumi.dev.yaml"), capacity="flex-start")
+        for _ in range(2):  # the next run clears what the first left waiting
+            try:
+                run_offline(config, gke=MockGke(served_rayjob_crd=kuberay_15_rayjob_crd()["spec"]))
+            except ValueError as error:
+                print("refused:", str(error).splitlines()[-1])
+            gc.collect()
+    """))
+    done = subprocess.run([sys.executable, str(script)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("refused: ") == 2 and "KubeRay >= 1.6.0" in done.stdout
+    assert "never retrieved" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]

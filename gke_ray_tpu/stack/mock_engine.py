@@ -13,6 +13,7 @@ runs, and nothing outside this machine is asked.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextvars
 import functools
@@ -317,6 +318,28 @@ def _daemon_stand_in() -> str:
     return f"unix://{path}"
 
 
+_RAISED: set[str] = set()
+
+
+def _drop_echoes_of(failure: Exception) -> None:
+    """A failed program leaves a future per resource that waited on the failing output; when they are collected,
+    asyncio would print each one's traceback of the error the caller already has (one line, for a person)."""
+    cause: Optional[BaseException] = failure
+    while cause is not None:  # the root error's text is in every echo; the outer ones name their own resource
+        _RAISED.add(str(cause))
+        cause = cause.__cause__ or cause.__context__
+    loop = asyncio.get_event_loop()
+    if loop.get_exception_handler() is not _echo_filter:
+        loop.set_exception_handler(_echo_filter)
+
+
+def _echo_filter(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    error = context.get("exception")
+    if error is not None and any(text in str(error) for text in _RAISED):
+        return
+    loop.default_exception_handler(context)
+
+
 class _LogRecorder(logging.Handler):
     def __init__(self, run: OfflineRun):
         super().__init__(logging.DEBUG)
@@ -347,6 +370,9 @@ def _run_in_fresh_context(
     SETTINGS.outputs.clear()
     try:
         _sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
+    except Exception as failure:
+        _drop_echoes_of(failure)
+        raise
     finally:
         logger.handlers.clear()
 
