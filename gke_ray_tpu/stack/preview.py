@@ -8,9 +8,10 @@ and an existing cluster's settings are the mock engine's (``gke_ray_tpu.stack.mo
 not your project's: ``pulumi preview`` checks those against GKE.
 
 ``--compile`` also compiles the planned run's train step for the slices, at
-each slice count it may train on, with XLA's TPU compiler under the flags the
-stack's TPU pods get (:mod:`gke_ray_tpu.stack.xla_check`: minutes on a CPU, then cached)
-and prints XLA's HBM figures beside the estimate's; ``--json`` prints the
+each slice count it may train on, with XLA's TPU compiler, and whether libtpu
+takes the flags the stack's TPU pods get (:mod:`gke_ray_tpu.stack.xla_check`:
+minutes on a CPU, then cached; ``--exact-flags`` compiles the run itself under
+them) and prints XLA's HBM figures beside the estimate's; ``--json`` prints the
 training section as one JSON object. Exit status: 0 when the preview is sound,
 1 on a sharding mismatch or when XLA does not compile the run within the chip's
 HBM at some slice count, 2 on a config error, 3 when the compile check could
@@ -53,8 +54,14 @@ def _parser() -> argparse.ArgumentParser:
         "--compile",
         action="store_true",
         help="compile the planned run's train step for the slices, at each slice count it may train on, with XLA "
-        "under the pods' flags (libtpu, no TPU; minutes, then cached) and report XLA's HBM per chip; exit 1 when it "
-        "does not fit at some count",
+        "(libtpu, no TPU; minutes, then cached; a large run without the pods' flags, beside a small model on the "
+        "same mesh under them) and report XLA's HBM per chip; exit 1 when it does not fit at some count",
+    )
+    parser.add_argument(
+        "--exact-flags",
+        action="store_true",
+        help="with --compile: compile the run itself under the pods' flags (several times slower for a large "
+        "model) rather than without them beside a small model under them",
     )
     parser.add_argument("--json", action="store_true", help="print the training section as one JSON object (with --section training)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="MaxText overrides of the preset")
@@ -89,6 +96,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.json and args.section != "training":
         print("preview: --json prints the training section: add --section training", file=sys.stderr)
         return 2
+    if args.exact_flags and not args.compile:
+        print("preview: --exact-flags says how --compile compiles: add --compile", file=sys.stderr)
+        return 2
     if args.compile and args.section not in ("all", "training"):
         print(f"preview: --compile checks the planned run, which --section {args.section} does not show", file=sys.stderr)
         return 2
@@ -116,7 +126,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.compile and report.ok:
         try:
             job = planned_job(cfg, args.preset or cfg.planned_preset, {**cfg.planned_overrides, **overrides})
-            xla = check_job(job, pod_flags(cfg.planned_cluster_spec), report.slice_counts, cfg.shape)
+            xla = check_job(job, pod_flags(cfg.planned_cluster_spec), report.slice_counts, cfg.shape,
+                            exact_flags=args.exact_flags)
         except ConfigError as error:
             print(f"preview: {error}", file=sys.stderr)
             return 2
