@@ -3,8 +3,9 @@
 ``python tests/maxtext_state.py '<key=value ...>' MODEL ...`` builds, for each model, the train state
 MaxText's AOT compile builds (``train_compile.get_topology_mesh`` and ``get_shaped_inputs``: shapes
 only, nothing compiled or allocated) for the TPU topology the keys name, and prints
-``{"model", "mesh", "weights": [[path, shape, spec], ...]}`` with each spec as MaxText shards the weight
-(its size-one mesh axes dropped), or ``{"model", "error"}`` where MaxText refuses the run.
+``{"model", "mesh", "weights": [[path, shape, spec], ...], "sufficiently_sharded"}`` with each spec as MaxText
+shards the weight (its size-one mesh axes dropped) and whether the trainer's
+``assert_params_sufficiently_sharded`` takes the weights, or ``{"model", "error"}`` where MaxText refuses the run.
 ``tests/test_estimates_sharding.py`` compares it with ``gke_ray_tpu.core.estimates``.
 """
 
@@ -28,6 +29,7 @@ def _path(keys) -> str:
 
 def main(settings: str, models: list[str]) -> None:
     import jax
+    from flax import nnx
     from maxtext.configs import pyconfig
     from maxtext.trainers.pre_train import train_compile
     from maxtext.utils import sharding
@@ -50,7 +52,13 @@ def main(settings: str, models: list[str]) -> None:
             spec += [None] * (len(leaf.shape) - len(spec))
             weights.append([_path(keys), list(leaf.shape), spec])
         mesh_sizes = {axis: size for axis, size in mesh.shape.items() if size > 1}
-        print(json.dumps({"model": model, "mesh": mesh_sizes, "weights": weights}), flush=True)
+        try:  # as train_utils.setup_train_loop asks it of the model's parameters, on the slices
+            sharding.assert_params_sufficiently_sharded(state["model"].filter(nnx.Param), mesh, config.sharding_tolerance)
+            sufficient = True
+        except AssertionError:
+            sufficient = False
+        print(json.dumps({"model": model, "mesh": mesh_sizes, "weights": weights, "sufficiently_sharded": sufficient}),
+              flush=True)
 
 
 if __name__ == "__main__":

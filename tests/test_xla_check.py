@@ -449,7 +449,7 @@ def test_preview_shows_xla_figures_for_a_declared_run_it_fits(compiler, dev_conf
     run = run_offline(with_keys(dev_config, compileCheck="true"))
     [declared] = [m for level, m in run.logs if level == "info" and m.startswith("Declared run baseline-8b")]
     assert "verdict: fits" in declared and "verdict (XLA): fits (margin +11.24 GiB)" in declared
-    assert "the estimate said 20.81 GiB: 1.04 x XLA's figure" in declared
+    assert "the estimate said 21.05 GiB: 1.05 x XLA's figure" in declared
     [request] = _runs(compiler.calls)
     assert request.compile_topology == "v6e-16" and request.num_slices == 2
     assert "run_name=baseline-8b" in request.maxtext_argv  # the declared run's own job

@@ -43,8 +43,9 @@ class PreflightReport:
 
     @property
     def estimate_by_slices(self) -> dict[int, float]:
-        """The HBM estimate's total, for the one slice count it is made for (the largest)."""
-        return {} if self.hbm is None else {max(self.slice_counts): self.hbm.total_gib}
+        """The HBM estimate's total per JAX device (as XLA's figures are), for the one slice count it is made for
+        (the largest)."""
+        return {} if self.hbm is None else {max(self.slice_counts): self.hbm.total_per_device_gib}
 
     def format(self) -> str:
         counts = ", ".join(str(n) for n in self.slice_counts)

@@ -93,6 +93,11 @@ def resolve_mesh(
             axis = key.split("_", 1)[1].removesuffix("_parallelism")
             if axis not in MODELLED_AXES and value != 1:
                 raise ConfigError(key, value, f"1: the HBM estimate models only {', '.join(MODELLED_AXES)}")
+            if key == "dcn_tensor_parallelism" and value != 1:
+                # base.yml: "never recommended"; XLA's peak with it was 0.72 and 1.46 times the estimate
+                # (bench/bench_preflight_grid.py, Llama 3 8B and Qwen 3 0.6B): not a mesh the estimate knows.
+                raise ConfigError(key, value, "1: the HBM estimate models tensor parallelism inside a slice, not across "
+                                              "slices (MaxText's base.yml: never recommended)")
         sizes = {a: values[f"{group}_{a}_parallelism"] for a in MODELLED_AXES}
         fixed = math.prod(v for v in sizes.values() if v != AUTO)
         groups[group] = {a: target // fixed if v == AUTO else v for a, v in sizes.items()}

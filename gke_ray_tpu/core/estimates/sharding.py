@@ -4,8 +4,8 @@ MaxText shards each weight (and the batch) by its logical axes: ``logical_axis_r
 (``configs/base.yml``, merged with the model's and the run's own, read from the installed
 MaxText at run time: :func:`gke_ray_tpu.core.maxtext.resolved_config`) map a logical axis such as
 ``vocab`` to mesh axes (``tensor``, ``tensor_sequence``, ``autoregressive``), and the run's
-``ici_*``/``dcn_*_parallelism`` keys size those axes. Three things then refuse a run once its slices
-are up (the compile check meets them in seconds, the pods only after the slices are paid for):
+``ici_*``/``dcn_*_parallelism`` keys size those axes. Four things then refuse a run once its slices
+are up (the compile check meets the first three in seconds, the pods only after the slices are paid for):
 
 - JAX's device mesh (``jax._src.mesh_utils.create_device_mesh``, called by MaxText's
   ``create_device_mesh``) assigns each ICI axis to whole physical axes of the slice's torus, and refuses
@@ -14,9 +14,12 @@ are up (the compile check meets them in seconds, the pods only after the slices 
 - MaxText refuses a key/value projection whose KV heads its mesh axes do not divide
   (``Attention._validate_kv_head_sharding``);
 - JAX refuses a train step whose weight, optimizer state or batch is sharded unevenly
-  (``IndivisibleError``: OLMo 3's vocabulary of 100,278 over tensor 4, ``decoder/logits_dense/kernel``).
+  (``IndivisibleError``: OLMo 3's vocabulary of 100,278 over tensor 4, ``decoder/logits_dense/kernel``);
+- the trainer refuses a model too much of which is left unsplit over a mesh axis
+  (``assert_params_sufficiently_sharded``; the attention weights MaxText leaves unsharded under
+  ``ici_context_autoregressive_parallelism``), which a compile does not check.
 
-:func:`check_sharding` applies all three to every weight of the model (:meth:`ModelShape.weights`)
+:func:`check_sharding` applies all four to every weight of the model (:meth:`ModelShape.weights`)
 and to the batch, at each slice count the run may train on, and names the parallelism key to change
 and the values of it that would pass. Flax's rule assignment (``flax.linen.spmd._logical_to_mesh_axes``:
 rules in order, a rule applies when none of its mesh axes is taken by another dimension) and JAX's
@@ -40,6 +43,11 @@ from gke_ray_tpu.core.tpu_catalogue import SliceShape
 KEY_AXIS = {"pipeline": "stage"}
 """``<ici|dcn>_<name>_parallelism`` sizes mesh axis ``<name>``, but for these (MaxText's ``ici_map``)."""
 BATCH_AXES = ("activation_embed_and_logits_batch", "activation_norm_length")
+SHARDING_TARGETS = ("fsdp", "fsdp_transpose", "sequence", "context", "context_usp_ulysses", "context_autoregressive",
+                    "tensor", "tensor_sequence", "stage", "expert")
+"""The mesh axes MaxText's ``assert_params_sufficiently_sharded`` wants every weight split over, where they have more
+than one device (``sharding._get_nontrival_mesh_axes``)."""
+WEIGHT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 """``input_data_sharding_logical_axes`` of base.yml: how the batch ``[global batch, length]`` is split."""
 
 
@@ -217,6 +225,34 @@ def _batch_refusal(resolved: Mapping, rules: Sequence, mesh: RunMesh, devices: i
     return Refusal(found.key, found.value, found.reason + " (JAX's IndivisibleError on the batch)") if found else None
 
 
+def _undersharded_refusal(model: ModelShape, rules: Sequence, mesh: RunMesh, resolved: Mapping) -> Optional[Refusal]:
+    """MaxText's ``assert_params_sufficiently_sharded``, which the trainer runs on the slices (``train_utils``) and
+    an AOT compile does not: the weights not split over every target axis of more than one device may be at most
+    ``sharding_tolerance`` of the model. As MaxText counts it: their elements over all weights' bytes."""
+    if resolved.get("use_multimodal"):
+        return None
+    targets = {axis for axis in SHARDING_TARGETS if axis in mesh.axes and mesh.size(axis) > 1}
+    if not targets:
+        return None
+    missed: dict[str, int] = {}
+    unsharded = total = 0
+    for weight in model.weights():
+        used = {axis for dim in logical_to_mesh(weight.axes, rules) for axis in dim}
+        total += weight.size * WEIGHT_BYTES.get(str(resolved.get("weight_dtype")), 4)
+        if not targets <= used:
+            unsharded += weight.size
+            for axis in targets - used:
+                missed[axis] = missed.get(axis, 0) + weight.size
+    tolerance = float(resolved.get("sharding_tolerance", 0.02))
+    if unsharded <= tolerance * total:
+        return None
+    axis = max(missed, key=missed.__getitem__)
+    group = "ici" if mesh.ici.get(axis, 1) > 1 else "dcn"
+    return Refusal(_key(group, axis), getattr(mesh, group)[axis],
+                   f"weights not split over {axis} are {unsharded / total:.1%} of the model as MaxText counts them, over "
+                   f"its sharding_tolerance of {tolerance:.0%} (assert_params_sufficiently_sharded, on the slices)")
+
+
 def refusal(
     model: ModelShape, resolved: Mapping, config: Mapping[str, object], shape: SliceShape, num_slices: int
 ) -> Optional[Refusal]:
@@ -233,7 +269,8 @@ def refusal(
     found = _kv_head_refusal(model, rules, mesh, resolved)
     for weight in model.weights():
         found = found or _weight_refusal(weight, rules, mesh)
-    return found or _batch_refusal(resolved, rules, mesh, devices_per_slice * num_slices)
+    found = found or _batch_refusal(resolved, rules, mesh, devices_per_slice * num_slices)
+    return found or _undersharded_refusal(model, rules, mesh, resolved)
 
 
 def _fill_key(key: str) -> str:
@@ -244,9 +281,11 @@ def _fill_key(key: str) -> str:
     return f"{group}_{other if key == f'{group}_{default}_parallelism' else default}_parallelism"
 
 
-def _passes(model: ModelShape, resolved: Mapping, config: Mapping, shape: SliceShape, counts: Sequence[int]) -> bool:
+def _passes(config: Mapping, shape: SliceShape, counts: Sequence[int]) -> bool:
     devices_per_slice = shape.chips * shape.generation.jax_devices_per_chip
     try:
+        # The model too: a mesh key can change how MaxText builds it (context-autoregressive attention).
+        model, resolved = model_shape(config), resolved_config(config)
         for n in counts:
             check_static(config, devices_per_slice, n)
             if refusal(model, resolved, config, shape, n) is not None:
@@ -273,7 +312,7 @@ def working_values(
     working = []
     for value in (v for v in range(1, target + 1) if target % v == 0 and v != found.value):
         trial = {**config, **fixed, found.key: value, fill: AUTO}
-        if _passes(model, resolved, trial, shape, counts):
+        if _passes(trial, shape, counts):
             working.append(value)
     return working
 
