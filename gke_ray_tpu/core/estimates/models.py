@@ -238,9 +238,10 @@ def _norm(name: str, features: int, bias: bool = False) -> list[Weight]:
 def layer_weights(layer: Layer, d: int, context_autoregressive: bool) -> list[Weight]:
     """One layer's weights, unscanned (``layers/attentions.py``, ``layers/linears.py``, the block's own module)."""
     a, att = layer.attention, layer.attention_module
-    # Under context-autoregressive parallelism MaxText builds the projections with no logical axes.
+    # Under context-autoregressive parallelism MaxText's Attention builds the projections with no logical axes;
+    # GPT-3's own attention module (its fused q/k/v) keeps them (``models/gpt3.py``).
     def axes(*names):
-        return (None,) * len(names) if context_autoregressive else names
+        return (None,) * len(names) if context_autoregressive and a.kv != "fused" else names
 
     found: list[Weight] = []
     if a.kv == "fused":
