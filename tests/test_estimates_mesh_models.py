@@ -11,10 +11,11 @@ import yaml
 
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.estimates import COMPILE_CHECK, NoEstimate, get_model, model_shape, modelled_models, resolve_mesh
-from gke_ray_tpu.core.estimates.mesh import check_kv_head_sharding
+from gke_ray_tpu.core.estimates.sharding import check_sharding
 from gke_ray_tpu.core.job_spec import build_job
 from gke_ray_tpu.core.maxtext import installed
 from gke_ray_tpu.core.presets import get_preset
+from gke_ray_tpu.core.tpu_catalogue import slice_shape
 from tests.conftest import REPO_ROOT
 
 
@@ -94,8 +95,8 @@ def test_mixtures_of_experts_get_no_estimate():
 
 
 @pytest.mark.parametrize("name, reason", [
-    ("gemma2-2b", "decoder_block='gemma2'"),
-    ("gpt3-6b", "trainable_position_size"),
+    ("qwen3-vl-2b", "use_multimodal"),
+    ("gemma4-e2b", "decoder_block='gemma4_small'"),
 ])
 def test_other_layer_structures_get_no_estimate(name, reason):
     with pytest.raises(NoEstimate) as e:
@@ -195,13 +196,13 @@ def test_a_run_that_splits_a_kv_head_is_refused_before_the_slices_are_paid_for()
         build_job(get_preset("llama3-8b"), base_output_directory="/data/", run_name="g", slices=2,
                   overrides=gemma_2b, generation="v6e", topology="4x4")
     assert (error.value.key, error.value.value) == ("ici_tensor_parallelism", 4)
-    assert "gemma-2b's 1 KV head(s), one of [1]" in error.value.expected
+    assert error.value.expected.startswith("one of [1], with ici_fsdp_parallelism taking the other chips")
+    assert "KV heads of 1 does not divide by tensor 4" in error.value.expected
     fsdp_only = {**gemma_2b, "ici_fsdp_parallelism": 16, "ici_tensor_parallelism": 1}
     build_job(get_preset("llama3-8b"), base_output_directory="/data/", run_name="g", slices=2,
               overrides=fsdp_only, generation="v6e", topology="4x4")
     # Llama 3 8B's 8 KV heads take tensor 4 and 8, not 16 (a whole slice of tensor).
-    check_kv_head_sharding({"model_name": "llama3-8b", "ici_tensor_parallelism": 8, "ici_fsdp_parallelism": 2},
-                           16, [2, 1], "v6e-16 slice")
-    with pytest.raises(ConfigError, match=r"llama3-8b's 8 KV head\(s\), one of \[1, 2, 4, 8\]"):
-        check_kv_head_sharding({"model_name": "llama3-8b", "ici_tensor_parallelism": 16, "ici_fsdp_parallelism": 1},
-                               16, [2, 1], "v6e-16 slice")
+    v5p = slice_shape("v5p", "2x2x4")
+    check_sharding({"model_name": "llama3-8b", "ici_tensor_parallelism": 8, "ici_fsdp_parallelism": 2}, v5p, [2, 1])
+    with pytest.raises(ConfigError, match=r"decoder/layers/self_attention's KV heads of 8 does not divide by tensor 16"):
+        check_sharding({"model_name": "llama3-8b", "ici_tensor_parallelism": 16, "ici_fsdp_parallelism": 1}, v5p, [2, 1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -51,5 +52,6 @@ def test_fsdp_over_dcn_halves_state_versus_data_over_dcn(model, policy, pdbs, se
     data = estimate_hbm(model, V6E_4X4, 2, ici, pdbs, seq, policy)
     fsdp = estimate_hbm(model, V6E_4X4, 2, {**ici, "dcn_fsdp_parallelism": 2,
                                              "dcn_data_parallelism": 1}, pdbs, seq, policy)
-    assert abs(fsdp.params_gib * 2 - data.params_gib) < 1e-9
+    # All but the norm scales, which tensor alone splits (2% of the weights of MaxText's small default model).
+    assert fsdp.params_gib * 2 == pytest.approx(data.params_gib, rel=0.02) and fsdp.params_gib < data.params_gib
     assert abs(fsdp.activations_gib - data.activations_gib) < 1e-9

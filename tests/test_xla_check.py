@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -145,6 +146,23 @@ def test_xla_refuses_the_tutorials_flags_for_v6e_and_the_refusal_is_compiled_aga
 POD_FLAGS = ("--xla_tpu_scoped_vmem_limit_kib=122880", "--xla_enable_async_all_gather=true")
 
 
+def test_a_large_run_compiles_without_flags_and_libtpu_judges_them_on_the_small_model(cache, monkeypatch):
+    """Real compiles, the tiny run taken as large: it compiles without flags, and the small model on its mesh
+    under the tutorial's flags is refused by libtpu for v6e (so the run is), under the pods' it is taken."""
+    monkeypatch.setattr(xla_check, "SMALL_MODEL_PARAMS", 0)
+    spec = build_job(get_preset("tiny-cpu"), base_output_directory=DATA_MOUNT + "/", run_name="local-tiny", slices=2)
+    v6e = slice_shape("v6e", "4x4")
+    [refused] = xla_check.check_job(spec, TUTORIAL_XLA_FLAGS, [2], v6e, progress=lambda _: None).by_slices.values()
+    assert refused.request.libtpu_flags == () and refused.outcome["status"] == "compiled"
+    assert refused.flags_check.request.libtpu_flags == tuple(TUTORIAL_XLA_FLAGS) and refused.flags_refused
+    assert (refused.fits, refused.status) == (None, "flags_refused")
+    assert "Continuation fusion for AllGather" in refused.message
+    assert refused.verdict().startswith("libtpu refused the pods' flags on this mesh")
+    taken = xla_check.check_job(spec, POD_FLAGS, [2], v6e, progress=lambda _: None)
+    assert taken.fits and taken.by_slices[2].flags_check.fits and taken.by_slices[2].cached  # the run: from the cache
+    assert taken.by_slices[2].peak_hbm_gib == refused.peak_hbm_gib
+
+
 def tiny_request(flags=POD_FLAGS, slices=2, **overrides):
     spec = build_job(get_preset("tiny-cpu"), base_output_directory=DATA_MOUNT + "/", run_name="local-tiny",
                      slices=2, overrides=overrides)
@@ -208,14 +226,99 @@ def compiler(monkeypatch, tmp_path):
     return fake
 
 
-def test_the_child_compiles_under_the_pods_flags_less_their_network_interfaces(compiler, dev_config):
+def _runs(calls):
+    """The requests of the run itself, not the small model's beside it."""
+    return [request for request in calls if "-wide 2-layer model" not in request.label]
+
+
+def _small(calls):
+    return [request for request in calls if "-wide 2-layer model" in request.label]
+
+
+def test_the_pods_flags_less_their_network_interfaces_go_to_the_small_model_beside_the_run(compiler, dev_config):
+    """The 8B (above SMALL_MODEL_PARAMS) compiles without flags; the small model on its mesh compiles under the
+    pods' flags, less the DCN interfaces: what libtpu is asked to take is what the pods give it."""
     run = run_offline(with_keys(dev_config, compileCheck="true"))
     pods = pods_flags(run)
     interfaces = [flag for flag in pods if flag.startswith("--megascale_grpc_interface_prefixes=")]
     assert interfaces == ["--megascale_grpc_interface_prefixes=eth1,eth2,lo"]
+    [request], [small] = _runs(compiler.calls), _small(compiler.calls)
+    assert request.libtpu_flags == () and xla_check._child_env(request)["LIBTPU_INIT_ARGS"] == ""
+    assert list(small.libtpu_flags) == [flag for flag in pods if flag not in interfaces] and len(pods) >= 2
+    assert xla_check._child_env(small)["LIBTPU_INIT_ARGS"].split() == list(small.libtpu_flags)
+    assert (small.compile_topology, small.num_slices) == (request.compile_topology, request.num_slices)
+
+
+def test_the_small_model_takes_the_runs_mesh_and_splits_evenly_on_it():
+    """Every dimension the mesh splits is a multiple of its shards, so the small model shards as the run does."""
+    from gke_ray_tpu.core.estimates.sharding import check_sharding
+
+    for overrides, shape in (({}, slice_shape("v6e", "4x4")),
+                             ({"ici_fsdp_parallelism": 1, "ici_tensor_parallelism": 8}, slice_shape("v5p", "2x2x2")),
+                             ({"dcn_tensor_parallelism": 2, "dcn_data_parallelism": 1}, slice_shape("v6e", "4x4"))):
+        spec = build_job(get_preset("llama3-8b"), base_output_directory=DATA_MOUNT + "/", run_name="r", slices=2,
+                         overrides=overrides, generation=shape.generation.name, topology=shape.topology)
+        settings = xla_check.small_model_settings(spec, shape, 2)
+        for key, value in spec.maxtext.items():
+            if key.endswith("_parallelism") or key in ("steps", "run_name", "base_output_directory"):
+                assert settings[key] == value
+        assert settings["model_name"] == "default" and settings["base_num_decoder_layers"] == 2
+        check_sharding(settings, shape, [2])
+
+
+def test_a_refusal_of_the_pods_flags_refuses_the_run(monkeypatch, tmp_path, capsys):
+    class FlagsRefused(FakeCompiler):
+        def __call__(self, request, log, progress, every_s, timeout_s):
+            self.outcome = ERROR_FLAGS if request.libtpu_flags else COMPILED
+            return super().__call__(request, log, progress, every_s, timeout_s)
+
+    monkeypatch.setenv(xla_check.CACHE_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(xla_check, "_run_child", FlagsRefused())
+    assert preview.main(["--section", "training", "--compile", "--json"]) == 1
+    captured = capsys.readouterr()
+    xla = json.loads(captured.out)["xla"]
+    assert (xla["fits"], xla["status"], xla["flags_check"]["accepted"]) == (None, "flags_refused", False)
+    assert "Continuation fusion for AllGather" in xla["message"]
+    assert "libtpu refused the pods' flags on this mesh" in captured.err
+
+
+ERROR_FLAGS = {"status": "error", "compile_seconds": 1.0, "peak_rss_mib": 1,
+               "message": "JaxRuntimeError: FAILED_PRECONDITION: Continuation fusion for AllGather is enabled on platform"}
+
+
+def test_exact_flags_compiles_the_run_itself_under_them(compiler, capsys):
+    assert preview.main(["--section", "training", "--compile", "--json", "--exact-flags"]) == 0
     [request] = compiler.calls
-    assert list(request.libtpu_flags) == [flag for flag in pods if flag not in interfaces] and len(pods) >= 2
-    assert xla_check._child_env(request)["LIBTPU_INIT_ARGS"].split() == list(request.libtpu_flags)
+    xla = json.loads(capsys.readouterr().out)["xla"]
+    assert request.libtpu_flags and xla["flags_check"] is None and xla["libtpu_flags"] == list(request.libtpu_flags)
+    assert xla["compiled_under"].startswith("the run, under the pods'")
+    assert preview.main(["--section", "training", "--exact-flags"]) == 2
+
+
+def test_the_compiles_of_every_count_run_at_once(monkeypatch, tmp_path):
+    """An elastic run's counts and the small model beside each: four children, two at a time on two cores."""
+    import threading
+
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def child(request, log, progress, every_s, timeout_s):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.3)
+        with lock:
+            running[0] -= 1
+        return {**COMPILED, "wall_seconds": 0.3}
+
+    monkeypatch.setenv(xla_check.CACHE_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(xla_check, "_run_child", child)
+    spec = build_job(get_preset("llama3-8b-elastic"), base_output_directory=DATA_MOUNT + "/", run_name="e", slices=2,
+                     generation="v6e", topology="4x4")
+    results = xla_check.check_job(spec, POD_FLAGS, [1, 2], slice_shape("v6e", "4x4"), jobs=2, progress=lambda _: None)
+    assert set(results.by_slices) == {1, 2} and results.fits and most[0] == 2
+    assert all(result.flags_check is not None and not result.flags_refused for result in results.by_slices.values())
+    assert xla_check.parallel_compiles(3) == 3 and 1 <= xla_check.parallel_compiles() <= (os.cpu_count() or 1)
 
 
 def test_a_changed_run_compiles_again_and_an_unchanged_one_does_not(compiler):
@@ -252,7 +355,7 @@ class OneSliceTooFew(FakeCompiler):
     """Fits on 2 slices, out of HBM on 1 (parameters sharded over half the chips)."""
 
     def __call__(self, request, log, progress, every_s, timeout_s):
-        self.outcome = OOM if request.num_slices == 1 else COMPILED
+        self.outcome = OOM if request.num_slices == 1 and not _small([request]) else COMPILED
         return super().__call__(request, log, progress, every_s, timeout_s)
 
 
@@ -262,7 +365,7 @@ def test_a_slice_count_xla_refuses_fails_preview_naming_it(monkeypatch, tmp_path
     assert preview.main(["--section", "training", "--compile", "--json", "--elastic"]) == 1
     captured = capsys.readouterr()
     out = json.loads(captured.out)
-    assert sorted(request.num_slices for request in compiler.calls) == [1, 2]
+    assert sorted(request.num_slices for request in _runs(compiler.calls)) == [1, 2]
     assert out["xla_by_slices"]["2"]["fits"] is True and out["xla_by_slices"]["1"]["fits"] is False
     assert out["xla"]["num_slices"] == 1 and out["xla"]["status"] == "oom"
     # The estimate is made for 2 slices: it stands beside that count only.
@@ -279,7 +382,7 @@ def test_a_declared_elastic_run_is_compiled_at_each_count_and_refused_naming_the
         run_offline(with_keys(dev_config, compileCheck="true", runs=runs))
     assert (error.value.key, error.value.value) == ("gke-ray-tpu:runs[0]", "elastic-8b")
     assert "at each slice count it may train on (1, 2): at 1 x v6e-16: does NOT fit" in error.value.expected
-    assert sorted(request.num_slices for request in compiler.calls) == [1, 2]
+    assert sorted(request.num_slices for request in _runs(compiler.calls)) == [1, 2]
 
 
 def results_of(*outcomes) -> xla_check.SliceCountResults:
@@ -308,7 +411,10 @@ def test_the_estimate_stands_beside_xla_in_the_json(compiler, capsys):
 def test_text_output_shows_xla_figures_under_the_estimate(compiler, capsys):
     assert preview.main(["--section", "training", "--compile"]) == 0
     text = capsys.readouterr().out
-    assert "HBM per chip (XLA, compiled for 2 x v6e-16" in text
+    assert "HBM per chip (XLA, compiled for 2 x v6e-16; MaxText 0.2.5, libtpu 0.0.50.1" in text
+    assert "  compiled: the run without flags" in text
+    assert ("the pods' 7 flags on a 1024-wide 2-layer model on 2 x v6e-16 with rayjob-multi-slice's mesh: "
+            "libtpu took them") in text
     assert "  peak                                               20.00 GiB" in text
     assert "verdict (XLA): fits (margin +11.24 GiB)" in text
 
@@ -343,9 +449,10 @@ def test_preview_shows_xla_figures_for_a_declared_run_it_fits(compiler, dev_conf
     run = run_offline(with_keys(dev_config, compileCheck="true"))
     [declared] = [m for level, m in run.logs if level == "info" and m.startswith("Declared run baseline-8b")]
     assert "verdict: fits" in declared and "verdict (XLA): fits (margin +11.24 GiB)" in declared
-    assert "the estimate said 20.81 GiB: 1.04 x XLA's figure" in declared
-    assert compiler.calls[0].compile_topology == "v6e-16" and compiler.calls[0].num_slices == 2
-    assert "run_name=baseline-8b" in compiler.calls[0].maxtext_argv  # the declared run's own job
+    assert "the estimate said 21.05 GiB: 1.05 x XLA's figure" in declared
+    [request] = _runs(compiler.calls)
+    assert request.compile_topology == "v6e-16" and request.num_slices == 2
+    assert "run_name=baseline-8b" in request.maxtext_argv  # the declared run's own job
 
 
 def test_without_compile_check_preview_compiles_nothing(compiler, dev_config):

@@ -192,12 +192,13 @@ class JobSpec:
             MIN_SLICES.within(high=self.slices, high_name="--slices").check(low, "--min-slices")
         if self.backend == "tpu":
             shape = self.shape()
-            parallelism.check_elastic(self.maxtext, shape.chips, low, self.slices, f"{shape.pod_type} slice")
+            devices = shape.chips * shape.generation.jax_devices_per_chip
+            parallelism.check_elastic(self.maxtext, devices, low, self.slices, f"{shape.pod_type} slice")
             # Imported here: every process that imports this module (Ray Train's workers and helpers among them)
             # would otherwise load the whole estimates package; only validating a TPU job needs it.
-            from gke_ray_tpu.core.estimates.mesh import check_kv_head_sharding
+            from gke_ray_tpu.core.estimates.sharding import check_sharding
 
-            check_kv_head_sharding(self.maxtext, shape.chips, range(self.slices, low - 1, -1), f"{shape.pod_type} slice")
+            check_sharding(self.maxtext, shape, range(low, self.slices + 1), f"{shape.pod_type} slice")
         else:
             # MaxText puts all CPU devices in one slice: the workers are ICI, DCN is 1.
             for workers in range(low, self.slices + 1):

@@ -234,16 +234,35 @@ def resolved_config(values: Mapping[str, object]) -> Optional[dict]:
 
     The run's keys win over the overlay's: :func:`check_known` has already refused a conflict
     unless ``override_model_config`` is true, where MaxText lets the run's keys win too.
+    ``logical_axis_rules`` are merged rule by rule, as pyconfig merges them: a later list's rule
+    replaces the earlier rules of the same logical axis (``llama2-7b.yml``'s ``['norm', 'fsdp']``
+    replaces base.yml's ``norm`` rule and keeps the others), or the whole list where that list's
+    config sets ``override_logical_axis_rules``.
     """
     maxtext = installed()
     if maxtext is None:
         return None
-    merged = dict(_cached_yaml(maxtext.configs / "base.yml"))
+    base = _cached_yaml(maxtext.configs / "base.yml")
+    merged = dict(base)
     overlay = model_overlay(str(values.get("model_name", merged.get("model_name"))))
-    if overlay is not None:
-        merged.update(_cached_yaml(overlay))
-    merged.update(values)
+    layers = [base] + ([_cached_yaml(overlay)] if overlay is not None else []) + [values]
+    rules: list = []
+    for layer in layers:
+        merged.update(layer)
+        rules = _merged_rules(rules, layer.get("logical_axis_rules") or [], bool(layer.get("override_logical_axis_rules")))
+    merged["logical_axis_rules"] = rules
     return merged
+
+
+def _merged_rules(rules: list, new: list, override: bool) -> list:
+    """pyconfig's ``_apply_rules``: ``new`` replaces every rule of the logical axes it names (all of ``rules``
+    when ``override``)."""
+    if override or not rules:
+        return list(new)
+    if not new:
+        return rules
+    named = {rule[0] for rule in new}
+    return [rule for rule in rules if rule[0] not in named] + list(new)
 
 
 def model_overlay(model: str) -> Optional[Path]:

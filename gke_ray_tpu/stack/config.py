@@ -507,7 +507,7 @@ class StackConfig(BaseModel):
         False,
         alias="gke-ray-tpu:compileCheck",
         description="preview compiles each declared run's train step for the slices, at each slice count it may train "
-        "on and under the TPU pods' XLA flags, with XLA's TPU compiler on the machine running it (libtpu, no TPU; "
+        "on, and whether libtpu takes the TPU pods' XLA flags, with XLA's TPU compiler on the machine running it (libtpu, no TPU; "
         "minutes per run, then cached until the run changes) and a run XLA does not fit at some count fails preview; "
         "false: the HBM estimate decides, and says `uncertain` near the limit",
     )

@@ -18,7 +18,7 @@ from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core import kueue
 from gke_ray_tpu.core.capacity import CAPACITY, CAPACITY_MODES
 from gke_ray_tpu.core.estimates import CostEstimate, HbmBreakdown, estimate_cost, estimate_hbm_from_config, estimate_step_time
-from gke_ray_tpu.core.estimates.mesh import check_kv_head_sharding
+from gke_ray_tpu.core.estimates.sharding import check_sharding
 from gke_ray_tpu.core.estimates.cost import CapacityCost, capacity_costs, format_capacity_costs
 from gke_ray_tpu.core.estimates.prices import chip_price, cpu_machine_usd_per_hour
 from gke_ray_tpu.core.maxtext import BASE_DEFAULTS, Value
@@ -46,8 +46,9 @@ class PreflightReport:
 
     @property
     def estimate_by_slices(self) -> dict[int, float]:
-        """The HBM estimate's total, for the one slice count it is made for (the largest)."""
-        return {} if self.hbm is None else {max(self.slice_counts): self.hbm.total_gib}
+        """The HBM estimate's total per JAX device (as XLA's figures are), for the one slice count it is made for
+        (the largest)."""
+        return {} if self.hbm is None else {max(self.slice_counts): self.hbm.total_per_device_gib}
 
     def format(self) -> str:
         counts = ", ".join(str(n) for n in self.slice_counts)
@@ -72,8 +73,9 @@ def preflight(
     low = (min_slices or cfg.elastic_min_slices_or_default) if elastic else cfg.num_slices
     report = PreflightReport(slice_counts=tuple(range(cfg.num_slices, low - 1, -1)))
     try:
-        check_elastic(maxtext, cfg.shape.chips, low, cfg.num_slices, slice_name=f"{cfg.shape.pod_type} slice")
-        check_kv_head_sharding(maxtext, cfg.shape.chips, report.slice_counts, f"{cfg.shape.pod_type} slice")
+        devices = cfg.shape.chips * cfg.shape.generation.jax_devices_per_chip
+        check_elastic(maxtext, devices, low, cfg.num_slices, slice_name=f"{cfg.shape.pod_type} slice")
+        check_sharding(maxtext, cfg.shape, report.slice_counts, f"{cfg.shape.pod_type} slice")
     except ConfigError as error:
         report.errors.append(error)
         return report

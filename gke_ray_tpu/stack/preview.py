@@ -8,9 +8,10 @@ and an existing cluster's settings are the mock engine's (``gke_ray_tpu.stack.mo
 not your project's: ``pulumi preview`` checks those against GKE.
 
 ``--compile`` also compiles the planned run's train step for the slices, at
-each slice count it may train on, with XLA's TPU compiler under the flags the
-stack's TPU pods get (:mod:`gke_ray_tpu.stack.xla_check`: minutes on a CPU, then cached)
-and prints XLA's HBM figures beside the estimate's; ``--json`` prints the
+each slice count it may train on, with XLA's TPU compiler, and whether libtpu
+takes the flags the stack's TPU pods get (:mod:`gke_ray_tpu.stack.xla_check`:
+minutes on a CPU, then cached; ``--exact-flags`` compiles the run itself under
+them) and prints XLA's HBM figures beside the estimate's; ``--json`` prints the
 training section as one JSON object. The training section ends with what the
 stack's first ``pulumi up`` starts (its slices, its declared runs) and what that
 costs. Exit status (``gke_ray_tpu.core.exit_status``): 1 on a sharding mismatch
@@ -62,8 +63,14 @@ def _parser() -> argparse.ArgumentParser:
         "--compile",
         action="store_true",
         help="compile the planned run's train step for the slices, at each slice count it may train on, with XLA "
-        "under the pods' flags (libtpu, no TPU; minutes, then cached) and report XLA's HBM per chip; exit 1 when it "
-        "does not fit at some count",
+        "(libtpu, no TPU; minutes, then cached; a large run without the pods' flags, beside a small model on the "
+        "same mesh under them) and report XLA's HBM per chip; exit 1 when it does not fit at some count",
+    )
+    parser.add_argument(
+        "--exact-flags",
+        action="store_true",
+        help="with --compile: compile the run itself under the pods' flags (several times slower for a large "
+        "model) rather than without them beside a small model under them",
     )
     parser.add_argument("--json", action="store_true", help="print the training section as one JSON object (with --section training)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="MaxText overrides of the preset")
@@ -102,6 +109,8 @@ def _preview(args: argparse.Namespace) -> int:
     if args.json and args.section != "training":
         raise ConfigError("--json", True, "only with --section training (--json prints the training section: add "
                           "--section training)")
+    if args.exact_flags and not args.compile:
+        raise ConfigError("--exact-flags", True, "only with --compile (it says how --compile compiles: add --compile)")
     if args.compile and args.section not in ("all", "training"):
         raise ConfigError("--compile", True, f"only with --section all or training (--compile checks the planned run, "
                           f"which --section {args.section} does not show)")
@@ -119,7 +128,7 @@ def _preview(args: argparse.Namespace) -> int:
     )
     run = run_offline(raw, stack=stack) if args.section != "training" else None
     report = preflight(cfg, maxtext, elastic=elastic or args.elastic)
-    xla = _compiled(cfg, args.preset, overrides, report) if args.compile and report.ok else None
+    xla = _compiled(cfg, args.preset, overrides, report, args.exact_flags) if args.compile and report.ok else None
     status = OK if report.ok and (xla is None or xla.fits) else NO
     if xla is not None and not xla.fits:
         print(f"{PROG}: XLA does not compile the run within HBM {xla.refusal()}", file=sys.stderr)
@@ -130,11 +139,13 @@ def _preview(args: argparse.Namespace) -> int:
     return status
 
 
-def _compiled(cfg: StackConfig, preset: Optional[str], overrides: dict, report: PreflightReport) -> SliceCountResults:
-    """XLA's verdict on the planned run under the pods' flags, at each slice count it may train on."""
+def _compiled(cfg: StackConfig, preset: Optional[str], overrides: dict, report: PreflightReport,
+              exact_flags: bool) -> SliceCountResults:
+    """XLA's verdict on the planned run, as the pods run it, at each slice count it may train on."""
     job = planned_job(cfg, preset or cfg.planned_preset, overrides)
     try:
-        return check_job(job, pod_flags(wiring.planned_cluster_spec(cfg)), report.slice_counts, cfg.shape)
+        return check_job(job, pod_flags(wiring.planned_cluster_spec(cfg)), report.slice_counts, cfg.shape,
+                         exact_flags=exact_flags)
     except CompileCheckError as error:
         raise Unavailable(f"the compile check could not run: {error}") from None
 

@@ -23,6 +23,8 @@ MaxText or XLA refused for another reason compiles again next time.
 
 from __future__ import annotations
 
+import concurrent.futures
+import dataclasses
 import hashlib
 import importlib.metadata
 import json
@@ -43,6 +45,8 @@ from gke_ray_tpu.core.maxtext import configs_dir, render
 from gke_ray_tpu.core.tpu_catalogue import SliceShape
 
 CHILD = Path(__file__).with_name("xla_compile.py")
+CHILD_SOURCES = (CHILD, Path(__file__).with_name("xla_live_set.py"))
+"""The child's code: what it writes into a verdict (a cached entry is only as good as the code that made it)."""
 GIB = 2**30
 
 CACHE_DIR_ENV = "GKE_RAY_TPU_CACHE_DIR"
@@ -170,7 +174,7 @@ class CompileRequest:
             "num_slices": self.num_slices,
             "libtpu_flags": list(self.libtpu_flags),
             "env": {name: os.environ.get(name) for name in PROGRAM_ENV},
-            "child": hashlib.sha256(CHILD.read_bytes()).hexdigest(),
+            "child": hashlib.sha256(b"".join(path.read_bytes() for path in CHILD_SOURCES)).hexdigest(),
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
@@ -211,10 +215,18 @@ class XlaResult:
     wall_seconds: float
     log: str
     cached: bool = False
+    flags_check: Optional["XlaResult"] = None
+    """Where the run itself compiled without the pods' flags (:func:`check_job`): the small model's compile on
+    the same mesh under them, which says whether libtpu takes them."""
+
+    @property
+    def flags_refused(self) -> bool:
+        """libtpu stopped the small model's compile under the flags (out of HBM would mean it took them)."""
+        return self.flags_check is not None and self.flags_check.fits is None
 
     @property
     def status(self) -> str:
-        return self.outcome["status"]
+        return "flags_refused" if self.flags_refused else self.outcome["status"]
 
     @property
     def fits(self) -> Optional[bool]:
@@ -227,8 +239,9 @@ class XlaResult:
 
     @property
     def peak_hbm_gib(self) -> Optional[float]:
-        """XLA's peak (compiled) or what it says it would need (out of HBM)."""
-        return self._gib("peak_bytes") if self.status == "compiled" else self.outcome.get("needed_gib")
+        """XLA's peak (compiled) or what it says it would need (out of HBM); the run's own also where libtpu
+        refused the pods' flags on the small model beside it."""
+        return self._gib("peak_bytes") if self.outcome["status"] == "compiled" else self.outcome.get("needed_gib")
 
     @property
     def hbm_limit_gib(self) -> Optional[float]:
@@ -242,14 +255,29 @@ class XlaResult:
 
     @property
     def message(self) -> str:
-        return self.outcome.get("message", "")
+        return self.flags_check.message if self.flags_refused else self.outcome.get("message", "")
+
+    @property
+    def pods_flags(self) -> tuple[str, ...]:
+        """The pods' flags this verdict stands for: the run's own compile's, or the small model's beside it."""
+        return self.flags_check.request.libtpu_flags if self.flags_check else self.request.libtpu_flags
+
+    def compiled_under(self) -> str:
+        """What was compiled under which flags, in words."""
+        count = len(self.pods_flags)
+        if self.flags_check is None:
+            return f"the run, under the pods' {count} LIBTPU_INIT_ARGS flags"
+        answer = "refused them" if self.flags_refused else "took them"
+        cached = ", cached" if self.flags_check.cached else f", {self.flags_check.wall_seconds:.0f} s"
+        return (f"the run without flags (the pods' flags moved no peak XLA compiled both ways: bench/README.md); "
+                f"the pods' {count} flags on {self.flags_check.request.label}: libtpu {answer}{cached}")
 
     def rows(self) -> list[tuple[str, Optional[float]]]:
         return [
             ("arguments (parameters, optimizer state, batch)", self._gib("argument_bytes")),
             ("temporaries", self._gib("temp_bytes")),
             ("generated code", self._gib("generated_code_bytes")),
-            ("peak" if self.status == "compiled" else "needed (XLA)", self.peak_hbm_gib),
+            ("peak" if self.outcome["status"] == "compiled" else "needed (XLA)", self.peak_hbm_gib),
             ("HBM limit (XLA)", self.hbm_limit_gib),
         ]
 
@@ -259,6 +287,8 @@ class XlaResult:
         if self.fits is False:
             needed = "more" if self.peak_hbm_gib is None else f"{self.peak_hbm_gib:.2f} GiB"
             return f"does NOT fit: XLA needs {needed} of the {self.hbm_limit_gib or 0:.2f} GiB one device has"
+        if self.flags_refused:
+            return f"libtpu refused the pods' flags on this mesh: {_last_line(self.message)}"
         return f"MaxText or XLA refused the run: {_last_line(self.message)}"
 
     def format(self, estimate_gib: Optional[float] = None) -> str:
@@ -267,9 +297,9 @@ class XlaResult:
             f"{self.wall_seconds:.0f} s, {self.outcome.get('peak_rss_mib', 0) / 1024:.1f} GiB RSS"
         )
         lines = [
-            f"HBM {per} (XLA, compiled for {self.request.num_slices} x {self.request.compile_topology} with "
-            f"{len(self.request.libtpu_flags)} LIBTPU_INIT_ARGS flags; "
-            f"MaxText {self.versions['maxtext']}, libtpu {self.versions['libtpu']}; {how}):"
+            f"HBM {per} (XLA, compiled for {self.request.num_slices} x {self.request.compile_topology}; "
+            f"MaxText {self.versions['maxtext']}, libtpu {self.versions['libtpu']}; {how}):",
+            f"  compiled: {self.compiled_under()}",
         ]
         shown = [(label, gib) for label, gib in self.rows() if gib is not None]
         width = max(len(label) for label, _ in shown) + 2 if shown else 0
@@ -279,9 +309,17 @@ class XlaResult:
             lines.append(
                 f"  the estimate said {estimate_gib:.2f} GiB: {estimate_gib / self.peak_hbm_gib:.2f} x XLA's figure"
             )
-        if not self.cached and self.fits is None:
-            lines.append(f"  log: {self.log}")
+        lines += [f"  largest at XLA's peak: {text}" for text in self.largest_buffers()]
+        if self.fits is None and not (self.flags_check or self).cached:
+            lines.append(f"  log: {(self.flags_check if self.flags_refused else self).log}")
         return "\n".join(lines)
+
+    def largest_buffers(self, count: int = 3) -> list[str]:
+        """The few largest buffers live at XLA's peak: their size, shape and the JAX operation that made them."""
+        return [
+            f"{buffer['bytes'] / GIB:.2f} GiB {buffer['shape']} {buffer['op'] or buffer['name']}"
+            for buffer in self.outcome.get("peak_buffers", [])[:count]
+        ]
 
     def to_json(self, estimate_gib: Optional[float] = None) -> dict:
         return {
@@ -302,6 +340,14 @@ class XlaResult:
             "compile_topology": self.request.compile_topology,
             "num_slices": self.request.num_slices,
             "libtpu_flags": list(self.request.libtpu_flags),
+            "pods_flags": list(self.pods_flags),
+            "flags_check": None if self.flags_check is None else {
+                "accepted": not self.flags_refused, "model": self.flags_check.request.label,
+                "libtpu_flags": list(self.flags_check.request.libtpu_flags), "cached": self.flags_check.cached,
+                "digest": self.flags_check.digest, "message": self.flags_check.message or None,
+            },
+            "compiled_under": self.compiled_under(),
+            "peak_buffers": self.outcome.get("peak_buffers", [])[:10],
             "versions": self.versions,
             "compile_seconds": self.outcome.get("compile_seconds"),
             "peak_rss_mib": self.outcome.get("peak_rss_mib"),
@@ -459,12 +505,103 @@ class SliceCountResults:
         }
 
 
+SMALL_MODEL_PARAMS = 50_000_000
+"""A run of at most this many parameters compiles under the pods' flags itself (a minute or so); a larger one
+compiles without them, beside the small model under them (:func:`check_job`)."""
+
+_SHAPE_KEYS = frozenset({
+    "model_name", "override_model_config", "decoder_block", "head_dim", "vocab_size", "mlp_activations",
+    "logits_via_embedding", "per_device_batch_size", "max_target_length", "hardware",
+})
+"""Settings of the run the small model does not take: its shape and batch are its own."""
+
+
+def small_model_settings(spec: JobSpec, shape: SliceShape, num_slices: int) -> dict:
+    """The run's settings with MaxText's default decoder shrunk to a few MiB, every dimension a weight or the batch
+    is split by a multiple of the mesh's shards (so the small model shards on the run's mesh as the run does):
+    the mesh, dtypes, remat policy and optimizer are the run's."""
+    from gke_ray_tpu.core.estimates.sharding import run_mesh
+    from gke_ray_tpu.core.maxtext import resolved_config
+
+    resolved = resolved_config(dict(spec.maxtext)) or {}
+    overlay = set(_overlay_keys(spec))
+    kept = {k: v for k, v in spec.maxtext.items()
+            if k not in _SHAPE_KEYS and k not in overlay and not k.startswith(("base_num_", "base_emb_", "base_mlp_"))}
+    devices = shape.chips * shape.generation.jax_devices_per_chip
+    axes = resolved.get("mesh_axes") or ("data", "fsdp", "tensor")
+    mesh = run_mesh(spec.maxtext, axes, devices, num_slices)
+    heads_split = mesh.shards(("tensor", "tensor_sequence", "autoregressive", "context"))
+    weights_split = mesh.shards(a for a in mesh.axes if a not in ("data", "diloco"))
+    width = 64 * weights_split
+    return {
+        **kept, "model_name": "default", "base_emb_dim": width, "base_mlp_dim": 2 * width,
+        "base_num_query_heads": 2 * heads_split, "base_num_kv_heads": 2 * heads_split, "head_dim": 32,
+        "base_num_decoder_layers": 2, "vocab_size": 4 * width, "per_device_batch_size": 1,
+        "max_target_length": 128 * mesh.shards(("context", "context_usp_ulysses", "tensor_sequence")),
+    }
+
+
+def _overlay_keys(spec: JobSpec) -> list[str]:
+    from gke_ray_tpu.core.maxtext import _cached_yaml, model_overlay
+
+    path = model_overlay(str(spec.maxtext.get("model_name", "default")))
+    return list(_cached_yaml(path)) if path else []
+
+
+def small_model_request(spec: JobSpec, libtpu_flags: Iterable[str], shape: SliceShape, num_slices: int) -> CompileRequest:
+    settings = small_model_settings(spec, shape, num_slices)
+    return CompileRequest(
+        label=f"a {settings['base_emb_dim']}-wide 2-layer model on {num_slices} x {shape.pod_type} with {spec.run_name}'s mesh",
+        maxtext_argv=(spec.config, *(f"{key}={render(value)}" for key, value in settings.items())),
+        compile_topology=shape.maxtext_accelerator,
+        num_slices=num_slices,
+        generation=shape.generation.name,
+        libtpu_flags=tuple(libtpu_flags),
+    )
+
+
+def _is_small(spec: JobSpec) -> bool:
+    from gke_ray_tpu.core.errors import ConfigError
+    from gke_ray_tpu.core.estimates.models import model_shape
+
+    try:
+        return model_shape(dict(spec.maxtext)).num_params <= SMALL_MODEL_PARAMS
+    except ConfigError:
+        return False  # a shape the estimates do not know (a mixture of experts): not assumed small
+
+
+def parallel_compiles(jobs: Optional[int] = None) -> int:
+    """Compiles run at once: one per core, each child needing up to ~3 GiB (an 8B's; bench/README.md)."""
+    if jobs:
+        return jobs
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
+    return max(1, min(os.cpu_count() or 1, int(memory_gib // 3)))
+
+
 def check_job(
-    spec: JobSpec, libtpu_flags: Iterable[str], slice_counts: Iterable[int], shape: Optional[SliceShape] = None, **options
+    spec: JobSpec, libtpu_flags: Iterable[str], slice_counts: Iterable[int], shape: Optional[SliceShape] = None,
+    *, exact_flags: bool = False, jobs: Optional[int] = None, **options,
 ) -> SliceCountResults:
     """XLA's verdict on a job's train step at each of ``slice_counts`` (an elastic run trains on any of
-    them after a lost slice, with another sharding and another peak), under ``libtpu_flags``."""
-    flags = tuple(libtpu_flags)
+    them after a lost slice, with another sharding and another peak), as the pods run it.
+
+    A large run compiles without the pods' ``libtpu_flags``, which cost the compiler several times the time
+    (448 s against 97 s for the 8B here) and moved no peak XLA compiled both ways (bench/README.md); whether
+    libtpu takes the flags at all (it refuses some per generation) is a compile of the small model
+    (:func:`small_model_settings`) on the same mesh under them. A small run, or ``exact_flags``, compiles
+    under the flags itself. All compiles run at once, :func:`parallel_compiles` at a time.
+    """
+    flags, shape = tuple(libtpu_flags), shape or spec.shape()
+    exact = exact_flags or _is_small(spec)
+    requests = {}
+    for count in sorted(set(slice_counts)):
+        requests[("run", count)] = request_for_job(spec, flags if exact else (), shape, count)
+        if not exact and flags:
+            requests[("flags", count)] = small_model_request(spec, flags, shape, count)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=parallel_compiles(jobs)) as pool:
+        running = {key: pool.submit(compile_check, request, **options) for key, request in requests.items()}
+        done = {key: future.result() for key, future in running.items()}
     return SliceCountResults({
-        count: compile_check(request_for_job(spec, flags, shape, count), **options) for count in sorted(set(slice_counts))
+        count: dataclasses.replace(result, flags_check=done.get(("flags", count)))
+        for (kind, count), result in done.items() if kind == "run"
     })

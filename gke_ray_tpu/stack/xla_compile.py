@@ -8,7 +8,10 @@ this process, with the environment the parent gives it). It runs MaxText's
 and keeps the compiled object MaxText builds, then writes one JSON object:
 
 - ``status: "compiled"`` with ``compiled.memory_analysis()`` in bytes (per
-  device) and ``hbm_limit_gib``, the HBM XLA allows one device of that topology;
+  device), ``hbm_limit_gib``, the HBM XLA allows one device of that topology, and
+  ``peak_buffers``, the largest buffers live at XLA's peak (their shapes and the
+  JAX operations that made them, :mod:`gke_ray_tpu.stack.xla_live_set`, from XLA's
+  dump of the train step, which MaxText writes to ``dump_hlo_local_dir``);
 - ``status: "oom"``: XLA's ``CompileTimeHbmOom`` (or ``Used X of Y hbm``)
   message, with what it says is needed and what is available;
 - ``status: "error"``: MaxText or XLA refused the run for another reason.
@@ -26,6 +29,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from gke_ray_tpu.stack.xla_live_set import peak_buffers
+
+PEAK_BUFFERS_KEPT = 400
+"""Buffers at XLA's peak kept with the verdict, largest first, those of 1 MiB or more: enough to itemise the peak
+(a model's weights, their gradients and optimizer state alone are hundreds of buffers), few enough for a cache
+entry of tens of kilobytes."""
+PEAK_BUFFER_MIN_BYTES = 2**20
 
 _UNITS = {"B": 2**-30, "K": 2**-20, "M": 2**-10, "G": 1.0, "T": 2**10}
 # XLA prints sizes with tsl's HumanReadableNumBytes: base 1024, so its "G" is GiB.
@@ -101,6 +112,7 @@ def compile_run(maxtext_argv: list[str], compile_topology: str, num_slices: int)
     # main() prints the memory analysis but returns nothing: keep the object it compiles.
     train_compile.jit_and_compile = keep
     with tempfile.TemporaryDirectory(prefix="xla-check-") as scratch:
+        dump = Path(scratch, "xla_dump")
         argv = [
             "train_compile",
             *maxtext_argv,
@@ -109,6 +121,9 @@ def compile_run(maxtext_argv: list[str], compile_topology: str, num_slices: int)
             # An AOT compile cannot use JAX's persistent cache, and the run's own
             # (/data/jax-cache, ~/jax_cache by default) is not this machine's to write.
             f"jax_cache_dir={scratch}",
+            # MaxText dumps the train step's HLO (--xla_dump_to) whenever XLA_FLAGS is unset, by default to
+            # /tmp/xla_dump, where concurrent compiles overwrite each other: this compile's own directory.
+            f"dump_hlo_local_dir={dump}",
         ]
         try:
             train_compile.main(argv)
@@ -118,7 +133,9 @@ def compile_run(maxtext_argv: list[str], compile_topology: str, num_slices: int)
             if found:
                 return {"status": "oom", "needed_gib": found[0], "available_gib": found[1], "message": message}
             return {"status": "error", "message": f"{type(error).__name__}: {message}"}
-    stats = compiled[-1].memory_analysis()
+        stats = compiled[-1].memory_analysis()
+        peak = [buffer.to_json() for buffer in peak_buffers(dump, top=PEAK_BUFFERS_KEPT)
+                if buffer.bytes >= PEAK_BUFFER_MIN_BYTES]
     return {
         "status": "compiled",
         "peak_bytes": stats.peak_memory_in_bytes,
@@ -128,6 +145,7 @@ def compile_run(maxtext_argv: list[str], compile_topology: str, num_slices: int)
         "temp_bytes": stats.temp_size_in_bytes,
         "generated_code_bytes": stats.generated_code_size_in_bytes,
         "hbm_limit_gib": hbm_limit_gib(compile_topology, num_slices),
+        "peak_buffers": peak,
     }
 
 

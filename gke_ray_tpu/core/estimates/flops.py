@@ -10,7 +10,12 @@ be compared with the "TFLOP/s/device" MaxText logs:
   ``out_proj = 2BS x d x heads x head_dim``, ``embedding = 2BS x d x vocab``
   (fwd + 2 x bwd; B = per_device_batch_size, S = max_target_length);
 * attention: ``3 x L x (4 B S^2 heads head_dim) / 2`` - causal attention is
-  counted at half (MaxText PR #1988, 2025-07; older logs count it in full).
+  counted at half (MaxText PR #1988, 2025-07; older logs count it in full); a
+  sliding-window layer (Gemma 2 and 3, OLMo 3, Mistral) counts its band,
+  ``4 B (S w - w^2 / 2) heads head_dim``, as MaxText counts Gemma 3's.
+
+Each layer is counted with its own shape (:attr:`ModelShape.layers`: Gemma 4's
+global layers have other heads than its local ones).
 
 Rematerialisation FLOPs are not counted, as in MaxText.
 
@@ -31,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gke_ray_tpu.core.errors import ConfigError
-from gke_ray_tpu.core.estimates.models import ModelShape, get_model
+from gke_ray_tpu.core.estimates.models import Layer, ModelShape, get_model
 from gke_ray_tpu.core.maxtext import check_settings
 from gke_ray_tpu.core.tpu_catalogue import SliceShape
 
@@ -57,22 +62,34 @@ def check_batch_and_length(per_device_batch_size: object, max_target_length: obj
     check_settings({"per_device_batch_size": per_device_batch_size, "max_target_length": max_target_length})
 
 
+def _causal_attention_flops(layer: Layer, per_device_batch_size: float, length: int) -> float:
+    """One layer's attention FLOPs (forward), causal: half of the full square, or the band of a sliding window
+    (MaxText's ``calculate_mixed_attention_model_tflops_training_per_device``)."""
+    a = layer.attention
+    if a.window is None or a.window >= length:
+        return 2 * per_device_batch_size * length**2 * a.heads * a.head_dim
+    return 4 * per_device_batch_size * (length * a.window - 0.5 * a.window**2) * a.heads * a.head_dim
+
+
+def _layer_weight_flops(layer: Layer, d: int, tokens: float) -> float:
+    a = layer.attention
+    kv = 1 if a.kv == "shared" else 2
+    ffn = 2 * tokens * layer.mlp_dim * d * (layer.mlp_activations + 1)
+    qkv = 2 * tokens * d * (a.heads + kv * a.kv_heads) * a.head_dim
+    out_proj = 2 * tokens * d * a.heads * a.head_dim
+    return ffn + qkv + out_proj
+
+
 def training_tflops_per_device(
     model: str | ModelShape, per_device_batch_size: float, max_target_length: int
 ) -> StepFlops:
     m = get_model(model)
     check_batch_and_length(per_device_batch_size, max_target_length)
-    bs = per_device_batch_size * max_target_length
-    d = m.d_model
-    ffn = 2 * bs * m.mlp_dim * d * (m.num_mlp_activations + 1)
-    qkv = 2 * bs * d * (m.num_heads + 2 * m.num_kv_heads) * m.head_dim
-    out_proj = 2 * bs * d * m.num_heads * m.head_dim
-    embedding = 2 * bs * d * m.vocab_size
-    causal_attention = (
-        4 * per_device_batch_size * max_target_length**2 * m.num_heads * m.head_dim / 2
-    )
-    weights = ((ffn + qkv + out_proj) * m.num_layers + embedding) * 3 / 1e12
-    attention = causal_attention * m.num_layers * 3 / 1e12
+    tokens = per_device_batch_size * max_target_length
+    layers = m.layers
+    embedding = 2 * tokens * m.d_model * m.vocab_size
+    weights = (sum(_layer_weight_flops(layer, m.d_model, tokens) for layer in layers) + embedding) * 3 / 1e12
+    attention = sum(_causal_attention_flops(layer, per_device_batch_size, max_target_length) for layer in layers) * 3 / 1e12
     return StepFlops(learnable_weight_tflops=weights, attention_tflops=attention)
 
 

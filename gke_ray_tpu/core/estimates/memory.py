@@ -1,48 +1,58 @@
-"""Per-chip HBM estimate for MaxText training of a dense Llama-style model.
+"""Per-chip HBM estimate for MaxText training of a dense decoder (:mod:`gke_ray_tpu.core.estimates.models`).
 
 One model, applied the same way to every configuration (no special cases).
 Everything is per chip, in GiB (2**30 bytes; MaxText's "Memstats ... (GB)"
 lines are GiB too: Llama 3.1 70B bf16 over 8 v6e chips logs "16.43 / 31.25",
-and 70,553,706,496 x 2 B / 8 / 2**30 = 16.43).
+and 70,553,706,496 x 2 B / 8 / 2**30 = 16.43). On tpu7x, whose TensorCores are
+JAX's devices, per device times two.
 
 Components
 ----------
-1. **Parameters** - ``num_params / (fsdp x tensor)`` in ``weight_dtype``
-   (MaxText default ``float32``). MaxText's logical axis rules shard ``embed``
-   over fsdp(+fsdp_transpose) and ``mlp``/``heads``/``kv_heads``/``vocab`` over
-   tensor; ``data`` replicates (``shard_optimizer_over_data: false``). Norm
-   scales (sharded over tensor only) are <0.01% of the weights and are
-   treated like the rest.
+1. **Parameters** - each weight's elements over the shards MaxText's logical
+   axis rules split it into on the run's mesh (``embed`` over fsdp, ``mlp``,
+   heads and ``vocab`` over tensor, a norm scale over tensor only, Llama 2's
+   over fsdp; ``data`` replicates: ``shard_optimizer_over_data: false``), in
+   ``weight_dtype`` (MaxText default ``float32``).
 2. **Gradients** - same count; MaxText ``train.py`` casts float32 gradients to
    ``grad_dtype`` (default ``float32``) and leaves other dtypes alone, so
    gradients are ``grad_dtype`` when weights are float32, else ``weight_dtype``.
    They are all live at once: gradient clipping
    (``gradient_clipping_threshold: 1.0``) needs the global norm before any
    update.
-3. **Optimizer state** - ``opt_type: adamw``: ``mu`` in ``mu_dtype`` (empty =
-   inherit ``weight_dtype``) and ``nu`` in ``weight_dtype`` (base.yml: "nu_dtype
-   is always inherited from weights").
-4. **Saved activations** - with ``scan_layers: true`` each decoder layer keeps
-   its input (``decoder_layer_input``, the scan carry) plus the named tensors
-   its remat policy saves (``MODELLED_REMAT_POLICIES``; names and sets from
-   ``get_remat_policy`` in MaxText ``layers/decoders.py``), all in ``dtype``
-   (bfloat16). A ``[batch, length, X]`` activation has its batch split over
-   data x fsdp (``activation_batch``) and ``X`` split over tensor
+3. **Optimizer state** - ``adamw``: ``mu`` in ``mu_dtype`` (empty = inherit
+   ``weight_dtype``) and ``nu`` in ``weight_dtype`` (base.yml: "nu_dtype is
+   always inherited from weights"); ``adam_pax`` (GPT-3's): both like the
+   weights; ``sgd``: none.
+4. **Saved activations** - with ``scan_layers: true`` each remat unit
+   (:func:`remat_units`: one scanned step, which is one layer for Llama, two for
+   Gemma 2, four for OLMo 3, six for Gemma 3; each layer for Gemma 4, which
+   rematerialises its layers itself; Gemma 3's unscanned remainder) keeps its
+   input (``decoder_layer_input``, the scan carry) plus the named tensors its
+   remat policy saves of each of its layers (``MODELLED_REMAT_POLICIES``; names
+   and sets from ``get_remat_policy`` in MaxText ``layers/nnx_decoders.py``), all
+   in ``dtype`` (bfloat16). A ``[batch, length, X]`` activation has its batch
+   split over data x fsdp (``activation_batch``) and ``X`` split over tensor
    (``activation_embed`` / ``activation_heads`` / ``activation_kv`` /
-   ``activation_mlp`` -> tensor), so per chip it holds
-   ``per_device_batch_size x max_target_length x X`` elements (x tensor when
-   tensor does not divide X; a KV head count it does not divide is refused
-   earlier, as MaxText refuses it: ``gke_ray_tpu.core.estimates.mesh.check_kv_head_sharding``).
+   ``activation_mlp`` -> tensor), so per chip it holds ``per_device_batch_size
+   x max_target_length x X`` elements (x tensor when tensor does not divide X;
+   a mesh that does not divide a weight is refused earlier, as MaxText or JAX
+   refuses it: :func:`gke_ray_tpu.core.estimates.sharding.check_sharding`).
 5. **Transient working set** - the larger of
    (a) the output head: the logits ``[tokens, vocab/tensor]`` and their
-   gradient, both bfloat16 (:data:`LOGIT_BYTES`), beside the head's input and
-   its gradient whole over tensor (:data:`HEAD_INPUT_COPIES`); and
-   (b) one decoder layer during its backward recompute: every tensor of the
+   gradient, both bfloat16 (:data:`LOGIT_BYTES`; one buffer where tensor does
+   not split the vocabulary, :data:`UNSPLIT_LOGIT_BYTES`), beside the head's input
+   and its gradient whole over tensor (:data:`HEAD_INPUT_COPIES`), the head's
+   weight gathered over fsdp (:data:`HEAD_WEIGHT_COPIES`), and beside the
+   backward of the last remat unit, which starts while the logits are live and,
+   for a unit of several layers, keeps the weight matmuls' outputs of every
+   other layer of the unit while it goes back through one (:data:`RECOMPUTED`);
+   and (b) one decoder layer during its backward recompute: every tensor of the
    ``none`` policy for one layer and its gradient (:data:`LAYER_BACKWARD_COPIES`),
-   plus three bfloat16 copies of one layer's weights gathered over fsdp (current
-   layer, prefetched next layer, weight gradient before its reduce-scatter).
-   Both happen while all saved activations and the whole optimizer state are
-   live, so the peak is their sum with the larger transient.
+   the other layers of its unit as in (a), plus three bfloat16 copies of one
+   layer's weights gathered over fsdp (current layer, prefetched next layer,
+   weight gradient before its reduce-scatter). Both happen while all saved
+   activations and the whole optimizer state are live, so the peak is their sum
+   with the larger transient.
 
 Limit and verdict
 -----------------
@@ -50,14 +60,14 @@ The total is compared with the HBM XLA's TPU compiler lets one chip use
 (``TpuGeneration.xla_hbm_limit_gib``, measured from the compiler: 31.24 GiB of
 a v6e's 32). The model does not itemise XLA's temporaries, padding and
 fragmentation, so against XLA's own peak it is off by a factor in
-:data:`ESTIMATE_OVER_XLA` (``bench/bench_estimates.py``). The verdict is
-"fits" only when even the highest peak that range allows is within the limit,
-"does NOT fit" only when even the lowest exceeds it, and otherwise "uncertain":
-the compile check (``python -m gke_ray_tpu.stack.preview --section training --compile``)
-gives XLA's own answer.
+:data:`ESTIMATE_OVER_XLA` (``bench/bench_estimates.py``, ``bench/bench_preflight_grid.py``).
+The verdict is "fits" only when even the highest peak that range allows is
+within the limit, "does NOT fit" only when even the lowest exceeds it, and
+otherwise "uncertain": the compile check (``python -m gke_ray_tpu.stack.preview
+--section training --compile``) gives XLA's own answer.
 
 Not modelled (rejected with a ConfigError by ``estimate_hbm_from_config``):
-host offload of parameters/optimizer/activations, gradient accumulation,
+host offload of parameters/optimizer state, gradient accumulation,
 pipeline/sequence/context/expert parallelism, ZeRO-1 over data, vocab tiling,
 quantization, MoE.
 
@@ -66,36 +76,49 @@ This is an estimate; the compile check is XLA's number.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
 
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.estimates.flops import check_batch_and_length
 from gke_ray_tpu.core.estimates.mesh import Mesh, resolve_mesh
-from gke_ray_tpu.core.estimates.models import ModelShape, get_model, model_shape
+from gke_ray_tpu.core.estimates.models import Layer, ModelShape, layer_weights, get_model, model_shape
+from gke_ray_tpu.core.estimates.sharding import logical_to_mesh, run_mesh
 from gke_ray_tpu.core.maxtext import resolved_config
 from gke_ray_tpu.core.tpu_catalogue import SliceShape
 
 GIB = 2**30
 
-ESTIMATE_OVER_XLA = (0.83, 1.15)
+ESTIMATE_OVER_XLA = (0.84, 1.16)
 """The estimate divided by XLA's peak (or, for a run XLA refuses, by what it says it needs), lowest and
-highest, rounded outwards: 0.834 (Llama 3 8B on v5p, batch 4, remat full: 28.29 estimated, 33.90
-compiled) to 1.144 (8B on v6e, batch 2, remat minimal: 35.14 against 30.73) over the eleven in-sample
-configurations of ``bench/bench_estimates.py`` (8B and 70B, four remat policies, batch 1 to 4, v6e and
-v5p; libtpu 0.0.50.1, MaxText 0.2.5). Its held-out configurations (other model families, sequence
-lengths, generations) set neither it nor the estimate; the bench prints how they fall. The low end is a
-run far below its limit (34 of 96 GiB), where XLA's live set at the peak holds the layers' gradient
-accumulators beside the logits; the same 8B's on v6e (22 of 31 GiB) holds the logits without them.
-A run unlike those may be off by more."""
+highest, rounded outwards: 0.842 (Llama 3 8B on v5p, batch 4, remat full: 28.53 estimated, 33.90
+compiled) to 1.152 (8B on v6e, batch 2, remat minimal: 35.39 against 30.73) over the eleven in-sample
+Llama 3 configurations of ``bench/bench_estimates.py`` (8B and 70B, four remat policies, batch 1 to 4, v6e and
+v5p; libtpu 0.0.50.1, MaxText 0.2.5), which the in-sample runs of the other layer kinds
+(``bench/bench_preflight_grid.py --group in-sample``: Gemma 2, 3 and 4, OLMo 3, GPT-3; 0.87 to 1.04) fall
+inside. Held-out configurations set neither it nor the estimate; the benches print how they fall. The low end
+is a run far below its limit on v5p (34 of 96 GiB), where XLA's live set at the peak holds the layers'
+gradient accumulators beside the logits (OLMo 3 7B on v5p, 0.87, holds more of the backward too); the same
+8B's on v6e (22 of 31 GiB) holds the logits without them. A run unlike those may be off by more."""
 
 LOGIT_BYTES = 2 + 2
-"""The bfloat16 logits kept for the loss's backward + their bfloat16 gradient. MaxText casts the logits
-to float32 (``cast_logits_to_fp32``), but XLA fuses that cast and the softmax into the loss's reductions
-and into the gradient's producer, so no float32 copy is a buffer: in XLA's live set at the peak
-(``--xla_dump_to``'s ``*-live-range.txt``) of Llama 3 8B and Qwen 3 0.6B on v6e, the two largest buffers
-are ``bf16[batch, length, vocab/tensor]``, from the forward ``dot_general`` and the backward
-``convert_element_type``."""
+"""The bfloat16 logits kept for the loss's backward + their bfloat16 gradient, where tensor parallelism splits the
+vocabulary. MaxText casts the logits to float32 (``cast_logits_to_fp32``), but XLA fuses that cast and the softmax
+into the loss's reductions and into the gradient's producer, so no float32 copy is a buffer: in XLA's live set at
+the peak (``--xla_dump_to``'s ``*-live-range.txt``) of Llama 3 8B, Qwen 3 0.6B, Gemma 2 9B, Gemma 3 4B (tensor 4)
+and OLMo 3 7B (tensor 2) the two largest buffers are ``bf16[batch, length, vocab/tensor]``, from the forward
+``dot_general`` and the backward ``convert_element_type`` (or ``div``, soft-capped)."""
+
+UNSPLIT_LOGIT_BYTES = 2
+"""The logits where tensor parallelism does not split the vocabulary (tensor 1): one bfloat16 buffer, the gradient
+written over it. Gemma 2B with its slice all on fsdp (2 x v6e-16, pdbs 8, 2048 tokens): one
+``bf16[8,2048,256128]`` from the forward ``dot_general`` at the peak, no gradient buffer beside it."""
+
+HEAD_WEIGHT_COPIES = 1
+"""The output head's weight (the token embedding, tied, or ``logits_dense``) gathered over fsdp in bfloat16,
+split over tensor, beside the logits: ``bf16[4096,32064]`` for Llama 3 8B, ``bf16[65536,2560]`` for Gemma 3 4B,
+``bf16[256128,2048]`` for Gemma 2B on fsdp 16, ``bf16[4096,50139]`` for OLMo 3 7B on tensor 2 (Gemma 2 9B holds its
+gradient too)."""
 
 HEAD_INPUT_COPIES = 3
 """``[tokens, d_model]`` bfloat16 buffers beside the logits, whole over tensor (the head's matmul
@@ -113,21 +136,23 @@ OUTPUT_HEAD = "output head (logits)"
 
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
 
-SUPPORTED_OPTIMIZERS = ("adamw",)
+OPTIMIZER_STATES = {"adamw": 2, "adam_pax": 2, "sgd": 0}
+"""Per-weight state tensors of each optimizer MaxText's ``get_optimizer`` builds: AdamW's and pax Adam's ``mu`` and
+``nu`` (``optimizers.adam_pax``: both ``zeros_like`` the weights), plain SGD none (``optax.sgd``, no momentum)."""
+SUPPORTED_OPTIMIZERS = tuple(OPTIMIZER_STATES)
 
-# Per-layer activation tensors: name -> (features per token, which dimension tensor splits).
-# Names are MaxText checkpoint_name()s where MaxText has one.
-_SAVEABLE = (
-    "decoder_layer_input",
-    "query_proj",
-    "key_proj",
-    "value_proj",
-    "context",
-    "out_proj",
-    "mlpwi_0",
-    "mlpwi_1",
-    "mlpwo",
-)
+# A layer's activation tensors, by MaxText's checkpoint_name() where it has one, and what else its backward
+# holds without remat. Each is [batch, length, features]; which features: :func:`_layer_tensors`.
+_QKV = ("query_proj", "key_proj", "value_proj", "kv_proj", "qkv_proj")
+_MINIMAL = _QKV + ("out_proj", "mlpwi_0", "mlpwi_1", "mlpwi", "mlpwo")
+RECOMPUTED = _MINIMAL + ("context", "query_rope", "key_rope")
+"""What the backward of a remat unit of several layers keeps of each layer it is not going back through: the
+outputs of the layer's weight matmuls (the names ``minimal`` saves) and the attention's query and key after RoPE
+and its context, in the heads' layout the attention kernel takes. XLA's live sets at the peak (2 x v6e-16 or
+v5p-16, ``bench/bench_preflight_grid.py --group in-sample``): Gemma 2 9B (two layers a unit) holds 1.03 GiB of
+the scanned backward's buffers beside the logits where Llama 3 8B (one) holds 0.35; OLMo 3 7B (four a unit)
+6.43 GiB: nine ``bf16[8,4096,5504]`` MLP inputs, twelve ``bf16[8,16,4096,128]`` queries, keys and contexts, nine
+``[8,4096,2048]``; Gemma 3 4B's unscanned remainder (four layers), 3.55 GiB of its checkpointed recompute."""
 _ONLY_WITHOUT_REMAT = (
     "pre_attention_norm",
     "query_rope",
@@ -143,12 +168,9 @@ _ONLY_WITHOUT_REMAT = (
 class RematPolicy:
     name: str
     saves: tuple[str, ...]
-    """Tensors kept per layer besides ``decoder_layer_input``."""
+    """Tensors kept on the device per layer besides the remat unit's input (offloaded ones live on the host)."""
     note: str
 
-
-_QKV = ("query_proj", "key_proj", "value_proj")
-_MINIMAL = _QKV + ("out_proj", "mlpwi_0", "mlpwi_1", "mlpwo")
 
 MODELLED_REMAT_POLICIES: dict[str, RematPolicy] = {
     p.name: p
@@ -156,45 +178,33 @@ MODELLED_REMAT_POLICIES: dict[str, RematPolicy] = {
         RematPolicy("full", (), "MaxText default; nothing saved, whole layer recomputed"),
         RematPolicy("save_out_proj", ("out_proj",), "save_only_these_names(out_proj)"),
         RematPolicy("save_qkv_proj", _QKV, "save_only_these_names(q, k, v projections)"),
-        RematPolicy(
-            "save_dot_except_mlp", _QKV + ("out_proj",), "q, k, v and attention out projection"
-        ),
-        RematPolicy(
-            "save_dot_except_mlpwi",
-            _QKV + ("out_proj", "mlpwo"),
-            "as save_dot_except_mlp plus the MLP output projection",
-        ),
-        RematPolicy(
-            "save_dot_with_context_except_mlp",
-            _QKV + ("context", "out_proj"),
-            "as save_dot_except_mlp plus the attention context",
-        ),
-        RematPolicy(
-            "minimal",
-            _MINIMAL,
-            "checkpoint_dots_with_no_batch_dims: every weight matmul output",
-        ),
-        RematPolicy(
-            "minimal_with_context", _MINIMAL + ("context",), "minimal plus the attention context"
-        ),
-        RematPolicy(
-            "none",
-            _SAVEABLE[1:] + _ONLY_WITHOUT_REMAT,
-            "no nn.remat: every intermediate of the layer (approximate list)",
-        ),
+        RematPolicy("save_dot_except_mlp", _QKV + ("out_proj",), "q, k, v and attention out projection"),
+        RematPolicy("save_dot_except_mlpwi", _QKV + ("out_proj", "mlpwo"),
+                    "as save_dot_except_mlp plus the MLP output projection"),
+        RematPolicy("save_dot_with_context_except_mlp", _QKV + ("context", "out_proj"),
+                    "as save_dot_except_mlp plus the attention context"),
+        RematPolicy("minimal", _MINIMAL, "every weight matmul output"),
+        RematPolicy("minimal_with_quantization", _MINIMAL, "minimal (no quantization tensors: quantization is off)"),
+        RematPolicy("minimal_with_context", _MINIMAL + ("context",), "minimal plus the attention context"),
+        RematPolicy("minimal_flash", _MINIMAL + ("context",), "MaxText's old name of minimal_with_context"),
+        RematPolicy("minimal_with_context_and_quantization", _MINIMAL + ("context",), "minimal_with_context"),
+        RematPolicy("qkv_proj_offloaded", (), "q, k and v offloaded to host memory: nothing more on the device"),
+        RematPolicy("minimal_offloaded", (), "minimal's tensors offloaded to host memory: nothing more on the device"),
+        RematPolicy("custom", (), "the run's tensors_on_device saved, tensors_to_offload on the host"),
+        RematPolicy("none", _MINIMAL + ("context",) + _ONLY_WITHOUT_REMAT,
+                    "no nn.remat: every intermediate of the layer (approximate list)"),
     )
 }
+"""Every policy MaxText's ``get_remat_policy`` (``layers/nnx_decoders.py``) accepts, by the names it saves."""
 
 
-def get_remat_policy(name: str, key: str = "remat_policy") -> RematPolicy:
+def get_remat_policy(name: str, key: str = "remat_policy", on_device: Sequence[str] = ()) -> RematPolicy:
+    """The policy ``name``; ``custom`` saves ``on_device`` (the run's ``tensors_on_device``)."""
     try:
-        return MODELLED_REMAT_POLICIES[name]
+        policy = MODELLED_REMAT_POLICIES[name]
     except (KeyError, TypeError):
-        raise ConfigError(
-            key,
-            name,
-            f"one of {', '.join(MODELLED_REMAT_POLICIES)} (offloading policies are not modelled)",
-        ) from None
+        raise ConfigError(key, name, f"one of {', '.join(MODELLED_REMAT_POLICIES)}") from None
+    return replace(policy, saves=tuple(on_device)) if name == "custom" else policy
 
 
 def _dtype_bytes(key: str, value: str) -> int:
@@ -204,20 +214,16 @@ def _dtype_bytes(key: str, value: str) -> int:
         raise ConfigError(key, value, f"one of {', '.join(DTYPE_BYTES)}") from None
 
 
-def _layer_tensors(model: ModelShape) -> dict[str, tuple[int, int]]:
-    """name -> (features per token, size of the dimension tensor parallelism splits)."""
-    d, m = model.d_model, model.mlp_dim
-    q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
-    heads, kv_heads = model.num_heads, model.num_kv_heads
+def _layer_tensors(layer: Layer, d: int) -> dict[str, tuple[int, int]]:
+    """One layer's activations: name -> (features per token, the size of the dimension tensor parallelism splits)."""
+    a, m = layer.attention, layer.mlp_dim
+    q, kv, heads, kv_heads = a.q_features, a.kv_features, a.heads, a.kv_heads
     tensors = {
         "decoder_layer_input": (d, d),
         "query_proj": (q, heads),
         "key_proj": (kv, kv_heads),
-        "value_proj": (kv, kv_heads),
         "context": (q, heads),
         "out_proj": (d, d),
-        "mlpwi_0": (m, m),
-        "mlpwi_1": (m, m),
         "mlpwo": (d, d),
         "pre_attention_norm": (d, d),
         "query_rope": (q, heads),
@@ -227,8 +233,12 @@ def _layer_tensors(model: ModelShape) -> dict[str, tuple[int, int]]:
         "mlp_activation": (m, m),
         "mlp_hidden": (m, m),
     }
-    if model.num_mlp_activations == 1:
-        tensors.pop("mlpwi_1")
+    if a.kv != "shared":
+        tensors["value_proj"] = (kv, kv_heads)
+    if a.kv == "fused":
+        tensors["qkv_proj"] = (q + 2 * kv, heads)
+    inputs = ["mlpwi"] if layer.mlp_activations == 1 else [f"mlpwi_{i}" for i in range(layer.mlp_activations)]
+    tensors.update({name: (m, m) for name in inputs})
     return tensors
 
 
@@ -236,6 +246,41 @@ def _per_chip_elements(features: int, split_dim: int, tokens_per_batch_shard: fl
     """Elements one chip holds of a [batch, length, features] activation."""
     shards = tp if split_dim % tp == 0 else 1
     return tokens_per_batch_shard * features / shards
+
+
+@dataclass(frozen=True)
+class RematUnit:
+    """Layers MaxText rematerialises as one: their input is saved, the rest recomputed in the backward."""
+
+    layers: tuple[Layer, ...]
+    count: int
+    """How many such units the model runs."""
+
+
+def remat_units(model: ModelShape) -> list[RematUnit]:
+    """The model's remat units in forward order: one per scanned step of a block (its input is the scan's carry),
+    one per layer where the block rematerialises each of its layers itself (Gemma 4), and an unscanned block
+    (Gemma 3's remainder) as one."""
+    units = []
+    for block in model.blocks:
+        layers = tuple(layer for layer in block.layers for _ in range(layer.stacked))
+        if model.decoder_block in PER_LAYER_REMAT:
+            units += [RematUnit((layer,), block.repeats) for layer in layers]
+        else:
+            units.append(RematUnit(layers, block.repeats))
+    return units
+
+
+PER_LAYER_REMAT = ("gemma4",)
+"""Decoder blocks whose scanned step rematerialises each of its layers (``Gemma4ScannableBlock``'s
+``apply_internal_remat``), not the step as one. Their backward holds a bfloat16 copy of every layer's weights at
+once (:data:`LAYER_WEIGHTS_HELD`)."""
+LAYER_WEIGHTS_HELD = 1
+"""bfloat16 copies of all the layers' weights (per chip, as sharded) that a per-layer-remat model's backward keeps:
+XLA's live set at the peak of Gemma 4 31B (2 x v6e-16, bfloat16 weights, pdbs 1) holds 2.79 GiB of
+``jvp()/eval_jaxpr/transpose`` weight copies (``bf16[5,1344,5376]``: the five stacked local layers' MLP weights
+of each of the ten scanned steps) and more under the inner scan's ``while``, against 3.41 GiB of layer weights in
+bfloat16 per chip."""
 
 
 @dataclass(frozen=True)
@@ -260,6 +305,8 @@ class HbmBreakdown:
     usable_gib: float
     """XLA's HBM limit per chip for the generation."""
     params_per_chip: float = field(repr=False)
+    devices_per_chip: int = 1
+    """JAX devices one chip is (2 TensorCores on tpu7x): XLA's figures are per device."""
 
     @property
     def total_gib(self) -> float:
@@ -270,6 +317,11 @@ class HbmBreakdown:
             + self.activations_gib
             + self.transient_gib
         )
+
+    @property
+    def total_per_device_gib(self) -> float:
+        """The total per JAX device, what XLA's figures are per (a TensorCore on tpu7x)."""
+        return self.total_gib / self.devices_per_chip
 
     @property
     def margin_gib(self) -> float:
@@ -347,42 +399,61 @@ def estimate_hbm(
     grad_dtype: str = "float32",
     mu_dtype: str = "",
     opt_type: str = "adamw",
+    tensors_on_device: Sequence[str] = (),
 ) -> HbmBreakdown:
     """Estimate per-chip HBM; keyword defaults are MaxText's base.yml defaults."""
     m = get_model(model)
     if not isinstance(shape, SliceShape):
         raise ConfigError("topology", shape, "a SliceShape from tpu_catalogue.slice_shape()")
-    mesh: Mesh = resolve_mesh(parallelism, shape.chips, num_slices)
-    policy = get_remat_policy(remat_policy)
+    per_chip = shape.generation.jax_devices_per_chip
+    mesh: Mesh = resolve_mesh(parallelism, shape.chips * per_chip, num_slices)
+    policy = get_remat_policy(remat_policy, on_device=tensors_on_device)
     check_batch_and_length(per_device_batch_size, max_target_length)
     if opt_type not in SUPPORTED_OPTIMIZERS:
         raise ConfigError("opt_type", opt_type, f"one of {', '.join(SUPPORTED_OPTIMIZERS)}")
     w_bytes = _dtype_bytes("weight_dtype", weight_dtype)
     act_bytes = _dtype_bytes("dtype", dtype)
     g_bytes = _dtype_bytes("grad_dtype", grad_dtype) if weight_dtype == "float32" else w_bytes
-    mu_bytes = _dtype_bytes("mu_dtype", mu_dtype) if mu_dtype else w_bytes
+    mu_bytes = (_dtype_bytes("mu_dtype", mu_dtype) if mu_dtype and opt_type == "adamw" else w_bytes)
+    state_bytes = (mu_bytes + w_bytes) if OPTIMIZER_STATES[opt_type] else 0
 
-    params_per_chip = m.num_params / mesh.param_shards
+    # Per device (a chip, or a TensorCore of tpu7x), then per chip.
+    params = _params_per_device(m, parallelism, shape, num_slices)
     tp = mesh.tensor
     # tokens held by one batch shard: global batch (pdbs x devices) / (data x fsdp) x length
     tokens = per_device_batch_size * mesh.devices / mesh.batch_shards * max_target_length
-    tensors = _layer_tensors(m)
 
-    def layer_bytes(names) -> float:
-        return sum(
-            _per_chip_elements(*tensors[n], tokens, tp) for n in names if n in tensors
-        ) * act_bytes
+    def layer_bytes(layer: Layer, names) -> float:
+        tensors = _layer_tensors(layer, m.d_model)
+        return sum(_per_chip_elements(*tensors[n], tokens, tp) for n in set(names) if n in tensors) * act_bytes
 
-    saved_per_layer = layer_bytes(("decoder_layer_input",) + policy.saves)
-    activations = m.num_layers * saved_per_layer
+    units = remat_units(m)
+    carry = tokens * m.d_model / (tp if m.d_model % tp == 0 else 1) * act_bytes
+    activations = sum(unit.count * (carry + sum(layer_bytes(layer, policy.saves) for layer in unit.layers))
+                      for unit in units)
 
+    def recompute(unit: RematUnit) -> float:
+        """The backward of a unit of several layers keeps every other layer's matmul outputs while it goes back
+        through one."""
+        return sum(sorted(layer_bytes(layer, RECOMPUTED) for layer in unit.layers)[:-1])
+
+    vocab_split = tp > 1 and m.vocab_size % tp == 0
     head = (
-        _per_chip_elements(m.vocab_size, m.vocab_size, tokens, tp) * LOGIT_BYTES
+        _per_chip_elements(m.vocab_size, m.vocab_size, tokens, tp) * (LOGIT_BYTES if vocab_split else UNSPLIT_LOGIT_BYTES)
         + tokens * m.d_model * act_bytes * HEAD_INPUT_COPIES
+        + HEAD_WEIGHT_COPIES * m.vocab_size / (tp if vocab_split else 1) * m.d_model * act_bytes
+        + recompute(units[-1])
     )
-    layer_weights = m.params_per_layer / tp * act_bytes
-    layer = LAYER_BACKWARD_COPIES * layer_bytes(tensors) + LAYER_WEIGHT_COPIES * layer_weights
+    layer = max(
+        LAYER_BACKWARD_COPIES * layer_bytes(one, _layer_tensors(one, m.d_model)) + recompute(unit)
+        + LAYER_WEIGHT_COPIES * _layer_params(one, m.d_model) / tp * act_bytes
+        for unit in units for one in unit.layers
+    )
     transient, kind = (head, OUTPUT_HEAD) if head >= layer else (layer, "one decoder layer")
+    if m.decoder_block in PER_LAYER_REMAT:
+        transient += LAYER_WEIGHTS_HELD * _params_per_device(m, parallelism, shape, num_slices, layers_only=True) * act_bytes
+    activations, transient = activations * per_chip, transient * per_chip
+    params_per_chip = params * per_chip
 
     return HbmBreakdown(
         model=m.name,
@@ -395,14 +466,34 @@ def estimate_hbm(
         weight_dtype=weight_dtype,
         params_gib=params_per_chip * w_bytes / GIB,
         gradients_gib=params_per_chip * g_bytes / GIB,
-        optimizer_gib=params_per_chip * (mu_bytes + w_bytes) / GIB,
+        optimizer_gib=params_per_chip * state_bytes / GIB,
         activations_gib=activations / GIB,
         transient_gib=transient / GIB,
         transient_kind=kind,
         hbm_gib=shape.generation.hbm_gib_per_chip,
         usable_gib=shape.generation.xla_hbm_limit_gib_per_chip,
+        devices_per_chip=per_chip,
         params_per_chip=params_per_chip,
     )
+
+
+def _layer_params(layer: Layer, d: int) -> int:
+    return sum(weight.size for weight in layer_weights(layer, d, False))
+
+
+def _params_per_device(
+    model: ModelShape, parallelism: Mapping[str, object], shape: SliceShape, num_slices: int, layers_only: bool = False
+) -> float:
+    """Each weight's elements over the shards MaxText's rules split it into on this mesh (norm scales split over
+    tensor only, or fsdp for Llama 2; everything else over fsdp and tensor); the layers' weights only with
+    ``layers_only`` (not the embeddings, the output head, the final norm)."""
+    resolved = resolved_config({**parallelism, "model_name": model.name}) or {}
+    rules = resolved.get("logical_axis_rules") or ()
+    devices = shape.chips * shape.generation.jax_devices_per_chip
+    mesh = run_mesh(parallelism, resolved.get("mesh_axes") or ("data", "fsdp", "tensor"), devices, num_slices)
+    layer_paths = tuple(f"{block.path}/" for block in model.blocks)
+    return sum(weight.size / mesh.shards([axis for dim in logical_to_mesh(weight.axes, rules) for axis in dim])
+               for weight in model.weights() if not layers_only or weight.name.startswith(layer_paths))
 
 
 _MUST_STAY_DEFAULT: dict[str, object] = {
@@ -442,4 +533,5 @@ def estimate_hbm_from_config(
         grad_dtype=values["grad_dtype"],  # type: ignore[arg-type]
         mu_dtype=values["mu_dtype"],  # type: ignore[arg-type]
         opt_type=values["opt_type"],  # type: ignore[arg-type]
+        tensors_on_device=values.get("tensors_on_device") or (),  # type: ignore[arg-type]
     )

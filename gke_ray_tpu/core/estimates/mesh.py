@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Mapping
 
 from gke_ray_tpu.core.errors import ConfigError
-from gke_ray_tpu.core.estimates.models import model_shape
 from gke_ray_tpu.core.parallelism import AUTO, check_static, mesh_values
 
 MODELLED_AXES = ("data", "fsdp", "fsdp_transpose", "tensor")
@@ -94,38 +93,12 @@ def resolve_mesh(
             axis = key.split("_", 1)[1].removesuffix("_parallelism")
             if axis not in MODELLED_AXES and value != 1:
                 raise ConfigError(key, value, f"1: the HBM estimate models only {', '.join(MODELLED_AXES)}")
+            if key == "dcn_tensor_parallelism" and value != 1:
+                # base.yml: "never recommended"; XLA's peak with it was 0.72 and 1.46 times the estimate
+                # (bench/bench_preflight_grid.py, Llama 3 8B and Qwen 3 0.6B): not a mesh the estimate knows.
+                raise ConfigError(key, value, "1: the HBM estimate models tensor parallelism inside a slice, not across "
+                                              "slices (MaxText's base.yml: never recommended)")
         sizes = {a: values[f"{group}_{a}_parallelism"] for a in MODELLED_AXES}
         fixed = math.prod(v for v in sizes.values() if v != AUTO)
         groups[group] = {a: target // fixed if v == AUTO else v for a, v in sizes.items()}
     return Mesh(ici=groups["ici"], dcn=groups["dcn"])
-
-
-def check_kv_head_sharding(
-    config: Mapping[str, object], chips_per_slice: int, slice_counts: Iterable[int], slice_name: str
-) -> None:
-    """MaxText's rule that a KV head is never split: the tensor axis (ICI x DCN) must divide the model's KV heads.
-
-    MaxText checks it only when it builds the attention layer, after the slices are up; this raises the
-    same refusal first, for each slice count a run may train on. A model whose shape is not known here
-    (MaxText not installed, a model the estimates do not model) or a mesh with axes the estimates do
-    not resolve is left to MaxText's own check.
-    """
-    try:
-        shape = model_shape(config)
-    except ConfigError:
-        return
-    for num_slices in slice_counts:
-        try:
-            mesh = resolve_mesh(config, chips_per_slice, num_slices)
-        except ConfigError:
-            return
-        if shape.num_kv_heads % mesh.tensor:
-            group = "ici" if mesh.ici["tensor"] > 1 else "dcn"
-            divisors = [n for n in range(1, shape.num_kv_heads + 1) if shape.num_kv_heads % n == 0]
-            raise ConfigError(
-                f"{group}_tensor_parallelism",
-                mesh.ici["tensor"] if group == "ici" else mesh.dcn["tensor"],
-                f"a tensor parallelism (ici x dcn, here {mesh.tensor} over {num_slices} {slice_name}(s)) that divides "
-                f"{shape.name}'s {shape.num_kv_heads} KV head(s), one of {divisors}: MaxText does not split a head "
-                "across tensor shards; put the other chips on ici_fsdp_parallelism",
-            )
