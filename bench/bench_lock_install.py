@@ -8,8 +8,8 @@ takes on disk, beside the stack's image, where a TPU host installs nothing at st
 
 ``--checks`` then runs, in that environment, what issue 33 asks to be shown: the local run of the trainer
 (the tiny preset, ``python -m gke_ray_tpu.training.submit --local`` on the environment's Python) and the
-compile check's child for the tutorial's 8B on the dev stack's slices under the pods' flags, beside the
-compile check's verdict in the project's own environment.
+compile check for the tutorial's 8B on the dev stack's slices (each compile it makes, on that environment's
+Python), beside the compile check's verdict in the project's own environment.
 
     .venv/bin/python bench/bench_lock_install.py [--keep DIR [--installed]] [--checks]
 
@@ -60,31 +60,38 @@ def local_run(python: Path) -> str:
     return f"exit {result.returncode}: " + " | ".join(tail)
 
 
-def compile_8b(python: Path) -> tuple[dict, dict]:
-    """XLA's verdict for the dev stack's 8B run on the lock's Python, and the project environment's (cached, or
-    compiled now by the compile check itself)."""
+def compile_8b(python: Path) -> tuple[str, str]:
+    """The compile check's verdict on the dev stack's 8B run as it compiles it (every compile it makes), its
+    children on the lock's Python with a cache of their own, beside the project environment's (cached, or
+    compiled now)."""
+    from unittest import mock
+
     from gke_ray_tpu.stack import wiring, xla_check
     from gke_ray_tpu.stack.config import parse_stack_config
     from gke_ray_tpu.stack.mock_engine import load_stack_file
     from gke_ray_tpu.stack.preflight import planned_job
 
     cfg = parse_stack_config(load_stack_file(REPO / "Pulumi.dev.yaml"))
-    request = xla_check.request_for_job(planned_job(cfg, "llama3-8b", {}), xla_check.pod_flags(wiring.planned_cluster_spec(cfg)))
-    project = xla_check.compile_check(request).outcome
-    with tempfile.TemporaryDirectory() as scratch:
-        ask, answer = Path(scratch, "request.json"), Path(scratch, "result.json")
-        ask.write_text(json.dumps({"maxtext_argv": list(request.maxtext_argv),
-                                   "compile_topology": request.compile_topology, "num_slices": request.num_slices}))
-        env = {**xla_check._child_env(request)}
-        subprocess.run([str(python), "-m", "gke_ray_tpu.stack.xla_compile", str(ask), str(answer)], cwd=REPO, env=env,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=xla_check.TIMEOUT_S)
-        return json.loads(answer.read_text()), project
+    job = planned_job(cfg, "llama3-8b", {})
+    flags = xla_check.pod_flags(wiring.planned_cluster_spec(cfg))
+    project = xla_check.check_job(job, flags, [cfg.num_slices])
+    with tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, {xla_check.CACHE_DIR_ENV: cache}), \
+            mock.patch.object(sys, "executable", str(python)):
+        lock = xla_check.check_job(job, flags, [cfg.num_slices])
+    return verdicts(lock), verdicts(project)
 
 
-def verdict(outcome: dict) -> str:
-    if outcome["status"] == "compiled":
-        return f"compiled, peak {outcome['peak_bytes'] / 2**30:.2f} GiB of {outcome['hbm_limit_gib']:.2f} GiB"
-    return f"{outcome['status']}: {outcome.get('message', '')[:200]}"
+def verdicts(results) -> str:
+    """Each compile's verdict, peak and seconds: the run's, and the small model's under the pods' flags."""
+    lines = []
+    for count, result in sorted(results.by_slices.items()):
+        for what, one in (("the run", result), ("the flags' small model", result.flags_check)):
+            if one is None:
+                continue
+            peak = f", peak {one.peak_hbm_gib:.2f} GiB of {one.hbm_limit_gib:.2f}" if one.peak_hbm_gib else ""
+            lines.append(f"{count} slice(s), {what}: {one.status}{peak} ({one.wall_seconds:.0f} s"
+                         f"{', cached' if one.cached else ''})")
+    return "; ".join(lines)
 
 
 def report(figures: dict) -> None:
@@ -113,8 +120,8 @@ def main() -> int:
         python = venv / "bin" / "python"
         print("local run on the lock's Python:", local_run(python))
         lock, project = compile_8b(python)
-        print("compile check, llama3-8b on 2 x v6e-16, the lock's Python:      ", verdict(lock))
-        print("compile check, llama3-8b on 2 x v6e-16, the project's:          ", verdict(project))
+        print("compile check, llama3-8b on 2 x v6e-16, the lock's Python:", lock)
+        print("compile check, llama3-8b on 2 x v6e-16, the project's:    ", project)
     if not args.keep:
         shutil.rmtree(root)
     return 0

@@ -193,11 +193,17 @@ def request_for_job(
     if settings.get("hardware") == "cpu":
         settings["hardware"] = "tpu"
     model = settings.get("model_name", "default")
+    return _request(f"{spec.run_name} ({model}) on {slices} x {shape.pod_type}", spec.config, settings, shape, slices,
+                    libtpu_flags)
+
+
+def _request(label: str, config: str, settings: Mapping[str, object], shape: SliceShape, num_slices: int,
+             libtpu_flags: Iterable[str]) -> CompileRequest:
     return CompileRequest(
-        label=f"{spec.run_name} ({model}) on {slices} x {shape.pod_type}",
-        maxtext_argv=(spec.config, *(f"{key}={render(value)}" for key, value in settings.items())),
+        label=label,
+        maxtext_argv=(config, *(f"{key}={render(value)}" for key, value in settings.items())),
         compile_topology=shape.maxtext_accelerator,
-        num_slices=slices,
+        num_slices=num_slices,
         generation=shape.generation.name,
         libtpu_flags=tuple(libtpu_flags),
     )
@@ -550,14 +556,8 @@ def _overlay_keys(spec: JobSpec) -> list[str]:
 
 def small_model_request(spec: JobSpec, libtpu_flags: Iterable[str], shape: SliceShape, num_slices: int) -> CompileRequest:
     settings = small_model_settings(spec, shape, num_slices)
-    return CompileRequest(
-        label=f"a {settings['base_emb_dim']}-wide 2-layer model on {num_slices} x {shape.pod_type} with {spec.run_name}'s mesh",
-        maxtext_argv=(spec.config, *(f"{key}={render(value)}" for key, value in settings.items())),
-        compile_topology=shape.maxtext_accelerator,
-        num_slices=num_slices,
-        generation=shape.generation.name,
-        libtpu_flags=tuple(libtpu_flags),
-    )
+    label = f"a {settings['base_emb_dim']}-wide 2-layer model on {num_slices} x {shape.pod_type} with {spec.run_name}'s mesh"
+    return _request(label, spec.config, settings, shape, num_slices, libtpu_flags)
 
 
 def _is_small(spec: JobSpec) -> bool:
