@@ -209,7 +209,9 @@ def test_pinned_image_is_not_re_pulled_but_moving_tags_are(run_stack):
 
 
 def test_tpu7x_slices_are_placed_by_a_workload_policy(run_stack):
-    run = run_stack(tpuGeneration="tpu7x", tpuTopology="2x2x4")
+    # JAX sees each tpu7x chip's two TensorCores as devices: the 8B's ICI mesh covers 32 on a v7x-32 slice.
+    run = run_stack(tpuGeneration="tpu7x", tpuTopology="2x2x4", runs=json.dumps([{
+        "name": "baseline-8b", "preset": "llama3-8b", "overrides": {"steps": 100, "ici_fsdp_parallelism": 8}}]))
     policies = sorted(run.of_type("gcp:compute/resourcePolicy:ResourcePolicy"), key=lambda r: r.inputs["name"])
     assert [(p.inputs["name"], p.inputs["region"], p.inputs["workloadPolicy"]) for p in policies] == [
         ("v7x-32-0-policy", "us-east5", {"type": "HIGH_THROUGHPUT", "acceleratorTopology": "2x2x4"}),
