@@ -210,3 +210,29 @@ def test_a_stack_that_fails_on_an_output_says_so_once_not_once_per_waiting_resou
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("refused: ") == 2 and "KubeRay >= 1.6.0" in done.stdout
     assert "never retrieved" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+
+
+def test_only_echoes_of_the_raised_error_are_dropped(monkeypatch):
+    """A cause with no text of its own (a bare KeyError) must not make every later error silent."""
+    import asyncio
+
+    from gke_ray_tpu.stack import mock_engine
+
+    monkeypatch.setattr(mock_engine, "_RAISED", set())
+    try:
+        try:
+            raise KeyError()
+        except KeyError as bare:
+            raise ValueError("invalid config gke-ray-tpu:numSlices") from bare
+    except ValueError as failure:
+        loop = asyncio.new_event_loop()
+        monkeypatch.setattr(asyncio, "get_event_loop", lambda: loop)
+        mock_engine._drop_echoes_of(failure)
+    reported = []
+    monkeypatch.setattr(loop, "default_exception_handler", reported.append)
+    echo = {"message": "never retrieved", "exception": ValueError("While processing: invalid config gke-ray-tpu:numSlices")}
+    other = {"message": "never retrieved", "exception": RuntimeError("the API server refused")}
+    loop.call_exception_handler(echo)
+    loop.call_exception_handler(other)
+    loop.close()
+    assert reported == [other]

@@ -326,7 +326,8 @@ def _drop_echoes_of(failure: Exception) -> None:
     asyncio would print each one's traceback of the error the caller already has (one line, for a person)."""
     cause: Optional[BaseException] = failure
     while cause is not None:  # the root error's text is in every echo; the outer ones name their own resource
-        _RAISED.add(str(cause))
+        if str(cause):  # an empty text is in every message: it would silence all of them
+            _RAISED.add(str(cause))
         cause = cause.__cause__ or cause.__context__
     loop = asyncio.get_event_loop()
     if loop.get_exception_handler() is not _echo_filter:
