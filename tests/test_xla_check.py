@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shutil
 import os
 import re
 import time
@@ -190,6 +191,20 @@ def test_the_digest_follows_the_program_not_where_the_run_writes(monkeypatch):
     assert tiny_request().digest() == base
     env = xla_check._child_env(tiny_request())
     assert env["LIBTPU_INIT_ARGS"].split() == list(POD_FLAGS) and "XLA_FLAGS" not in env
+
+
+def test_the_digest_follows_the_configs_contents_not_where_they_sit(monkeypatch, tmp_path):
+    """Another clone, or MaxText installed elsewhere, reads the same YAML: the same program, the same verdict."""
+    base = tiny_request().digest()
+    [(name, _)] = tiny_request()._config_files().items()
+    original = xla_check.configs_dir() / name
+    moved = tmp_path / "elsewhere" / "configs"
+    moved.mkdir(parents=True)
+    shutil.copy(original, moved / name)
+    monkeypatch.setattr(xla_check, "configs_dir", lambda: moved)
+    assert tiny_request()._config_files() != {} and tiny_request().digest() == base
+    (moved / name).write_text(original.read_text() + "\n# another base config\n")
+    assert tiny_request().digest() != base
 
 
 def pods_flags(run) -> list[str]:
@@ -449,7 +464,7 @@ def test_preview_shows_xla_figures_for_a_declared_run_it_fits(compiler, dev_conf
     run = run_offline(with_keys(dev_config, compileCheck="true"))
     [declared] = [m for level, m in run.logs if level == "info" and m.startswith("Declared run baseline-8b")]
     assert "verdict: fits" in declared and "verdict (XLA): fits (margin +11.24 GiB)" in declared
-    assert "the estimate said 21.05 GiB: 1.05 x XLA's figure" in declared
+    assert "the estimate said 21.86 GiB: 1.09 x XLA's figure" in declared
     [request] = _runs(compiler.calls)
     assert request.compile_topology == "v6e-16" and request.num_slices == 2
     assert "run_name=baseline-8b" in request.maxtext_argv  # the declared run's own job

@@ -153,14 +153,16 @@ class CompileRequest:
     """The child's ``LIBTPU_INIT_ARGS``: the pods' (:func:`pod_flags`)."""
 
     def _config_files(self) -> dict[str, str]:
-        """sha256 of the YAML MaxText resolves the run's config from: the base config and the model's overlay."""
+        """sha256 of the YAML MaxText resolves the run's config from: the base config and the model's overlay, by
+        their names under the configs folder (not where this checkout or MaxText sits, so clones share a verdict)."""
         config = self.maxtext_argv[0]
         base = REPO_ROOT / config
         if not base.is_file():
             base = (configs_dir() or REPO_ROOT / "configs") / config.removeprefix("src/maxtext/configs/")
         settings = dict(item.split("=", 1) for item in self.maxtext_argv[1:])
         files = [base, base.parent / "models" / f"{settings.get('model_name', 'default')}.yml"]
-        return {str(path): hashlib.sha256(path.read_bytes()).hexdigest() for path in files if path.is_file()}
+        return {str(path.relative_to(base.parent)): hashlib.sha256(path.read_bytes()).hexdigest()
+                for path in files if path.is_file()}
 
     def digest(self) -> str:
         """What the compiled program depends on: the versions, the config, the target, this check's child."""
