@@ -128,6 +128,16 @@ class Layer:
     stacked_axis: Optional[str] = None
     """The inner axis's logical name, ``local_layers`` (also for a stack of one)."""
 
+    @property
+    def mlp_output_normed(self) -> bool:
+        """A norm reads the MLP's output (Gemma 2, 3 and 4's ``post_ffw_norm``, OLMo 3's ``post_mlp_layer_norm``);
+        elsewhere only the residual add does, whose backward needs no value."""
+        return any(name.startswith(MLP_OUTPUT_NORMS) for name in self.norms)
+
+
+MLP_OUTPUT_NORMS = ("post_ffw_norm", "post_mlp_layer_norm")
+"""The names MaxText's decoder layers give a norm applied to the MLP block's output."""
+
 
 @dataclass(frozen=True)
 class Block:
