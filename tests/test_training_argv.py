@@ -154,8 +154,12 @@ def test_elastic_range_is_the_stacks_min_and_num_slices_in_hosts(outputs_with):
     assert plan(outputs_with(numSlices=3), "--elastic", "--slices", "2").spec.worker_range() == (4, 8)
     with pytest.raises(ConfigError, match="--slices=0: expected at least 1"):
         plan(outputs_with(numSlices=3), "--slices", "0")
-    with pytest.raises(ConfigError, match="--min-slices=0: expected an integer between 1 and --slices"):
+    with pytest.raises(ConfigError, match=r"--min-slices=0: expected an integer between elasticMinSlices \(1\)"):
         plan(outputs_with(numSlices=3), "--min-slices", "0")
+    # Below the stack's elasticMinSlices the cluster would keep slices the run never asked to wait for.
+    with pytest.raises(ConfigError, match=r"--min-slices=1: expected an integer between elasticMinSlices \(2\) and "
+                                          r"numSlices \(3\): the RayCluster keeps no fewer slices"):
+        plan(outputs_with(numSlices=3, elasticMinSlices=2), "--min-slices", "1")
 
 
 def test_spot_stack_makes_a_static_run_restartable(outputs_with):

@@ -17,6 +17,7 @@ from gke_ray_tpu.core.job_spec import (
     COMPILATION_CACHE_DIR, SHIPPED_PACKAGES, JobSpec, build_job, entrypoint, run_location, runtime_env,
 )
 from gke_ray_tpu.core.presets import DEFAULT_PRESET, get_preset
+from gke_ray_tpu.core.slices import run_min_slices
 from gke_ray_tpu.core.kueue import deadline_problems, queued_pre_running_deadline
 from gke_ray_tpu.core.ray_job import (
     DEFAULT_PRE_RUNNING_DEADLINE_SECONDS, PRE_RUNNING_DEADLINE_SECONDS, JobCommand, archived_command, check_backoff_limit,
@@ -82,7 +83,7 @@ def for_cluster(request: SubmitRequest, outputs: StackOutputs) -> Submission:
         overrides=request.overrides,
         config=request.config,
         elastic=request.wants_elastic,
-        min_slices=outputs.elastic_min_slices if request.min_slices is None else request.min_slices,
+        min_slices=run_min_slices(request.min_slices, outputs.elastic_min_slices, outputs.num_slices, "--min-slices"),
         generation=outputs.tpu_generation,
         topology=outputs.topology,
         max_failures=request.max_failures,
