@@ -6,9 +6,9 @@ max_target_length=4096, MaxText defaults otherwise (weight_dtype float32,
 grads float32, AdamW mu/nu float32, activations bfloat16, remat full).
 
 Usable HBM = XLA's limit, 31.24 GiB of a v6e's 32. GiB = 2**30 bytes. A verdict is
-"fits" when total / 0.86 <= 31.24 (total <= 26.86), "does NOT fit" when
+"fits" when total / 0.72 <= 31.24 (total <= 22.49), "does NOT fit" when
 total / 1.28 > 31.24 (total > 39.98), "uncertain" between: the estimate has
-been 0.86-1.28 x XLA's figure (ESTIMATE_OVER_XLA, bench/README.md).
+been 0.72-1.28 x XLA's figure (ESTIMATE_OVER_XLA, bench/README.md).
 
 Finding (kept as a test, not hidden): the tutorial's 70B command as written
 cannot fit with MaxText's default float32 weights - weights, gradients and
@@ -61,7 +61,7 @@ def test_8b_tutorial_baseline_fits():
         + its weight gathered over fsdp, 4096 x 128,256/4 x 2 B = 0.24463 GiB -> 9.57275 GiB
       + the layers' weights in bf16: 32 x ((218,112,000 - 8,192 norm scales) / 16 + 8,192 / 4)
         x 2 B = 0.81262 GiB -> 10.38537 GiB
-    total = 4 x 1.86988 + 4 + 10.38537 = 21.86489 GiB <= 26.86 -> fits
+    total = 4 x 1.86988 + 4 + 10.38537 = 21.86489 GiB <= 22.49 -> fits
     """
     b = estimate_hbm("llama3-8b", V6E_4X4, 2, MESH_8B, 4, 4096, "full")
     _close(b.params_gib, 1.86988)
@@ -134,7 +134,7 @@ def test_70b_bf16_weights_at_tutorial_batch_is_too_close_to_call():
     """bf16 weights halve the state (16.42921 GiB) but pdbs 2 keeps 10 GiB of layer inputs.
 
     total = 16.42921 + 10.00000 + 11.02405 = 37.45326 GiB: over 31.24, but XLA's
-    figure may be 29.26-43.55 GiB, so only the compile check can tell.
+    figure may be 29.26-52.02 GiB, so only the compile check can tell.
     """
     b = estimate_hbm(
         "llama3-70b", V6E_4X4, 2, MESH_70B, 2, 4096, "full", weight_dtype="bfloat16"
@@ -154,7 +154,7 @@ def test_70b_with_remat_full_needs_the_compile_check():
       one layer's backward 2 x 1.46094 + 3 x 0.39844 = 4.11719 GiB
       (> the output head = 16,384 x (32,064 x 4 B + 8192 x 2 B x 3) = 2.70703 GiB)
       + the layers' weights in bf16 3.98499 GiB -> 8.10218 GiB
-    total = 29.53139 GiB > 26.86 -> uncertain, margin 1.70861 GiB
+    total = 29.53139 GiB > 22.49 -> uncertain, margin 1.70861 GiB
     """
     b = estimate_hbm(
         "llama3-70b", V6E_4X4, 2, MESH_70B, 1, 4096, "full", weight_dtype="bfloat16"
@@ -200,7 +200,16 @@ def test_the_mlp_output_is_kept_only_where_a_norm_reads_it(model, kept):
         for layer in block.layers:
             names = kept_by_backward(layer, minimal)
             assert ("mlpwo" in names) is kept
-            assert set(minimal) - set(names) == (set() if kept else {"mlpwo"})
+            assert {"out_proj", "mlpwi_0", "mlpwi_1", "query_proj", "key_proj"} & set(minimal) <= set(names)
+
+
+def test_a_fused_projection_is_kept_only_where_its_split_is_not():
+    """GPT-3's ``qkv_proj`` is read only by the split into query, key and value; with those kept it is not."""
+    [layer] = get_model("gpt3-6b").blocks[0].layers
+    assert layer.attention.kv == "fused"
+    assert "qkv_proj" not in kept_by_backward(layer, MODELLED_REMAT_POLICIES["save_qkv_proj"].saves)
+    assert kept_by_backward(layer, ("qkv_proj",)) == ("qkv_proj",)
+    assert kept_by_backward(layer, ("qkv_proj", "query_proj")) == ("qkv_proj", "query_proj")
 
 
 def test_every_lighter_policy_needs_more_memory_than_full():
