@@ -13,9 +13,9 @@ XLA's stand beside them.
 
 Groups: ``sharding`` (meshes chosen to meet each refusal: a vocabulary, KV heads, fused heads, an ICI axis
 the torus cannot hold, an uneven batch, tpu7x's TensorCores, and meshes that pass), ``in-sample`` (the
-compiles whose live sets the estimate's terms for the new layer kinds come from), ``seen`` (held out once,
-then read for the terms of the estimate's last change), ``held-out`` (picked after that change and compiled
-after it; used for nothing). Results land in the compile check's
+compiles whose live sets the estimate's terms for the new layer kinds come from), ``held-out-c0233b2`` and
+``held-out-7ae30a1`` (held out from the estimate of that commit, then read for the terms of the next change),
+``held-out`` (picked after the estimate's last change and compiled after it; used for nothing). Results land in the compile check's
 cache; a second run prints at once. bench/README.md, "Preview's verdict against XLA's", has the tables.
 """
 
@@ -38,6 +38,7 @@ PRESET = {"ici_fsdp_parallelism": 4, "ici_tensor_parallelism": 4}
 """The llama3-8b preset's mesh in a v6e 4x4 slice."""
 FSDP16 = {"ici_fsdp_parallelism": 16, "ici_tensor_parallelism": 1}
 V5P = {"ici_fsdp_parallelism": 2, "ici_tensor_parallelism": 4}
+FSDP8 = {"ici_fsdp_parallelism": 8, "ici_tensor_parallelism": 1}
 V5P_TP2 = {"ici_fsdp_parallelism": 4, "ici_tensor_parallelism": 2}
 BF16 = {"weight_dtype": "bfloat16"}
 
@@ -75,7 +76,7 @@ IN_SAMPLE: dict[str, Cell] = {
     "gemma-2b/v6e fsdp 16 pdbs 8 seq 2048": ("v6e", "4x4", {"model_name": "gemma-2b", "per_device_batch_size": 8,
                                                             "max_target_length": 2048, **FSDP16}, 2),
 }
-SEEN: dict[str, Cell] = {
+HELD_OUT_C0233B2: dict[str, Cell] = {
     # Held out once: picked and compiled after the estimate was committed (c0233b2), every layer kind the
     # in-sample runs brought, other sizes, generations, sequence lengths, remat policies and meshes, and two
     # older kinds. Their live sets then gave the terms of 7ae30a1 (the layers' weight copy, the MLP output a
@@ -99,9 +100,10 @@ SEEN: dict[str, Cell] = {
     "qwen3-4b/v5e pdbs 2 minimal_with_context": ("v5e", "4x4", {"model_name": "qwen3-4b", "per_device_batch_size": 2,
                                                                 "remat_policy": "minimal_with_context"}, 2),
 }
-HELD_OUT: dict[str, Cell] = {
-    # Picked after 7ae30a1 (the estimate's last change) and compiled after it: every family the estimate
-    # models, on v5e, v5p and v6e, 1,024 to 8,192 tokens, seven remat policies, bfloat16 and float32 weights.
+HELD_OUT_7AE30A1: dict[str, Cell] = {
+    # Held out once: picked after 7ae30a1 and compiled after it, every family the estimate models, on v5e, v5p
+    # and v6e, 1,024 to 8,192 tokens, seven remat policies, bfloat16 and float32 weights. GPT-3 6B's live set
+    # then gave 5f8a35e's term (the fused projection the backward does not read), so they are no longer held out.
     "llama2-7b/v6e pdbs 2 save_dot_except_mlp": ("v6e", "4x4", {"model_name": "llama2-7b", "per_device_batch_size": 2,
                                                                "remat_policy": "save_dot_except_mlp"}, 2),
     "mistral-7b/v5p pdbs 2 minimal": ("v5p", "2x2x2", {**V5P, "model_name": "mistral-7b", "per_device_batch_size": 2,
@@ -127,7 +129,37 @@ HELD_OUT: dict[str, Cell] = {
                                                                          "max_target_length": 2048,
                                                                          "remat_policy": "save_qkv_proj", **BF16}, 2),
 }
-GROUPS = {"sharding": SHARDING, "in-sample": IN_SAMPLE, "seen": SEEN, "held-out": HELD_OUT}
+HELD_OUT: dict[str, Cell] = {
+    # Picked after 5f8a35e (the estimate's last change) and compiled after it: other sizes, meshes, sequence
+    # lengths and remat policies of every family the estimate models, on v5e, v5p and v6e.
+    "llama3.1-8b/v6e fsdp 16 pdbs 2 save_qkv_proj": ("v6e", "4x4", {**FSDP16, "model_name": "llama3.1-8b",
+                                                                    "per_device_batch_size": 2,
+                                                                    "remat_policy": "save_qkv_proj"}, 2),
+    "llama2-13b/v5p pdbs 2 seq 2048 minimal": ("v5p", "2x2x2", {**V5P, "model_name": "llama2-13b", "per_device_batch_size": 2,
+                                                                "max_target_length": 2048, "remat_policy": "minimal"}, 2),
+    "qwen3-4b/v6e pdbs 2 seq 8192 save_dot_except_mlpwi": ("v6e", "4x4", {"model_name": "qwen3-4b", "per_device_batch_size": 2,
+                                                                          "max_target_length": 8192,
+                                                                          "remat_policy": "save_dot_except_mlpwi"}, 2),
+    "qwen2.5-7b/v6e pdbs 2": ("v6e", "4x4", {"model_name": "qwen2.5-7b", "per_device_batch_size": 2}, 2),
+    "qwen3-1.7b/v5e pdbs 4 seq 2048": ("v5e", "4x4", {"model_name": "qwen3-1.7b", "per_device_batch_size": 4,
+                                                      "max_target_length": 2048}, 2),
+    "mistral-7b/v6e bf16 pdbs 2 save_dot_with_context_except_mlp": ("v6e", "4x4", {"model_name": "mistral-7b", "per_device_batch_size": 2,
+                                                                                   "remat_policy": "save_dot_with_context_except_mlp",
+                                                                                   **BF16}, 2),
+    "gemma-2b/v5p fsdp 8 pdbs 4": ("v5p", "2x2x2", {**FSDP8, "model_name": "gemma-2b", "per_device_batch_size": 4}, 2),
+    "gemma2-2b/v6e fsdp 16 pdbs 2 seq 8192": ("v6e", "4x4", {**FSDP16, "model_name": "gemma2-2b", "per_device_batch_size": 2,
+                                                             "max_target_length": 8192}, 2),
+    "gemma3-12b/v5p bf16 pdbs 2": ("v5p", "2x2x2", {**V5P, "model_name": "gemma3-12b", "per_device_batch_size": 2, **BF16}, 2),
+    "olmo3-32b/v6e bf16 fsdp 16 pdbs 1 seq 2048": ("v6e", "4x4", {**FSDP16, "model_name": "olmo3-32b", "per_device_batch_size": 1,
+                                                                  "max_target_length": 2048, **BF16}, 2),
+    "gpt3-22b/v5p bf16 pdbs 2 save_qkv_proj": ("v5p", "2x2x2", {**V5P, "model_name": "gpt3-22b", "max_target_length": 1024,
+                                                                "per_device_batch_size": 2, "remat_policy": "save_qkv_proj",
+                                                                **BF16}, 2),
+    "gemma4-31b/v5p bf16 pdbs 1 seq 8192": ("v5p", "2x2x2", {**V5P, "model_name": "gemma4-31b", "per_device_batch_size": 1,
+                                                             "max_target_length": 8192, **BF16}, 2),
+}
+GROUPS = {"sharding": SHARDING, "in-sample": IN_SAMPLE, "held-out-c0233b2": HELD_OUT_C0233B2,
+          "held-out-7ae30a1": HELD_OUT_7AE30A1, "held-out": HELD_OUT}
 WITHIN = 0.10
 
 
