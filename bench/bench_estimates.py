@@ -9,13 +9,14 @@ the compile check's cache, so a second run of the bench prints at once.
 
     .venv/bin/python bench/bench_estimates.py [--group in-sample|held-out] [--only NAME ...]
 
-Three groups, reported apart. In-sample: the eleven Llama 3 runs whose ratios set
-``gke_ray_tpu.core.estimates.memory.ESTIMATE_OVER_XLA``. Seen: seven runs first held out, whose
-misses then shaped the estimate's output-head term. Held-out: seven runs chosen and
-compiled after both were set, used for neither: other model families (each model's
-shape read from the installed MaxText's ``configs/models/<model_name>.yml``),
-sequence lengths, generations and remat policies. Each group's line says how many
-are within 10% of XLA. The measured tables, the command and the machine:
+Three groups, reported apart. In-sample: the eleven Llama 3 runs whose live sets gave the
+estimate's terms for the output head, the layers' weights and the tensors a remat policy saves.
+Seen: seven runs first held out, whose misses then shaped the output head's term. Held-out:
+seven runs chosen and compiled after that term was set, and read for no term since: other model
+families (each model's shape read from the installed MaxText's ``configs/models/<model_name>.yml``),
+sequence lengths, generations and remat policies. The band
+``gke_ray_tpu.core.estimates.memory.ESTIMATE_OVER_XLA`` covers every compiled run of this bench
+and of ``bench_preflight_grid.py``. Each group's line says how many are within 10% of XLA. The measured tables, the command and the machine:
 bench/README.md, "The HBM estimate against XLA's compiler".
 """
 
@@ -96,8 +97,8 @@ SLICES = 2
 
 
 GROUPS = {"in-sample": CONFIGS, "seen": SEEN, "held-out": HELD_OUT}
-"""In-sample: the eleven that set ESTIMATE_OVER_XLA. Seen: held out once, then used to shape the estimate.
-Held-out: measured after the estimate and its band were set, to see how they carry."""
+"""In-sample: the eleven whose live sets gave terms. Seen: held out once, then used to shape the estimate.
+Held-out: compiled after the output head's term was set and read for no term since, to see how the terms carry."""
 ALL = {**CONFIGS, **SEEN, **HELD_OUT}
 WITHIN = 0.10
 """The goal for the held-out runs: the estimate within 10% of XLA's figure."""

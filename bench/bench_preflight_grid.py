@@ -13,10 +13,10 @@ XLA's stand beside them.
 
 Groups: ``sharding`` (meshes chosen to meet each refusal: a vocabulary, KV heads, fused heads, an ICI axis
 the torus cannot hold, an uneven batch, tpu7x's TensorCores, and meshes that pass), ``in-sample`` (the
-compiles whose live sets the estimate's terms for the new layer kinds come from), ``held-out-c0233b2`` and
-``held-out-7ae30a1`` (held out from the estimate of that commit, then read for the terms of the next change),
-``held-out`` (picked after the estimate's last change and compiled after it; used for nothing). Results land in the compile check's
-cache; a second run prints at once. bench/README.md, "Preview's verdict against XLA's", has the tables.
+compiles whose live sets the estimate's terms for the new layer kinds come from), ``held-out-c0233b2``,
+``held-out-7ae30a1`` and ``held-out-5f8a35e`` (held out from the estimate of that commit, then read for the
+terms of the next change), ``held-out`` (picked after the estimate's last change and compiled after it; used
+for nothing). Results land in the compile check's cache; a second run prints at once. bench/README.md, "Preview's verdict against XLA's", has the tables.
 """
 
 from __future__ import annotations
@@ -129,9 +129,10 @@ HELD_OUT_7AE30A1: dict[str, Cell] = {
                                                                          "max_target_length": 2048,
                                                                          "remat_policy": "save_qkv_proj", **BF16}, 2),
 }
-HELD_OUT: dict[str, Cell] = {
-    # Picked after 5f8a35e (the estimate's last change) and compiled after it: other sizes, meshes, sequence
-    # lengths and remat policies of every family the estimate models, on v5e, v5p and v6e.
+HELD_OUT_5F8A35E: dict[str, Cell] = {
+    # Held out once: picked after 5f8a35e and compiled after it, other sizes, meshes, sequence lengths and
+    # remat policies of every family the estimate models, on v5e, v5p and v6e. Gemma 2 2B's and Gemma 2B's
+    # live sets then gave dd6e3d8's term (two logits buffers where the vocabulary is unsplit).
     "llama3.1-8b/v6e fsdp 16 pdbs 2 save_qkv_proj": ("v6e", "4x4", {**FSDP16, "model_name": "llama3.1-8b",
                                                                     "per_device_batch_size": 2,
                                                                     "remat_policy": "save_qkv_proj"}, 2),
@@ -158,8 +159,32 @@ HELD_OUT: dict[str, Cell] = {
     "gemma4-31b/v5p bf16 pdbs 1 seq 8192": ("v5p", "2x2x2", {**V5P, "model_name": "gemma4-31b", "per_device_batch_size": 1,
                                                              "max_target_length": 8192, **BF16}, 2),
 }
+HELD_OUT: dict[str, Cell] = {
+    # Picked after dd6e3d8 (the estimate's last change) and compiled after it; used for nothing.
+    "llama3-8b/v5e fsdp 16 pdbs 1 seq 2048": ("v5e", "4x4", {**FSDP16, "per_device_batch_size": 1, "max_target_length": 2048}, 2),
+    "llama2-7b/v5p pdbs 1 seq 8192 save_dot_except_mlpwi": ("v5p", "2x2x2", {**V5P, "model_name": "llama2-7b",
+                                                                             "per_device_batch_size": 1, "max_target_length": 8192,
+                                                                             "remat_policy": "save_dot_except_mlpwi"}, 2),
+    "mistral-7b/v6e fsdp 16 pdbs 1 seq 8192": ("v6e", "4x4", {**FSDP16, "model_name": "mistral-7b", "per_device_batch_size": 1,
+                                                              "max_target_length": 8192}, 2),
+    "qwen3-0.6b/v5e pdbs 8 seq 4096": ("v5e", "4x4", {"model_name": "qwen3-0.6b", "per_device_batch_size": 8}, 2),
+    "qwen3-32b/v6e bf16 pdbs 1 seq 2048": ("v6e", "4x4", {"model_name": "qwen3-32b", "per_device_batch_size": 1,
+                                                          "max_target_length": 2048, **BF16}, 2),
+    "gemma-7b/v6e fsdp 16 pdbs 1": ("v6e", "4x4", {**FSDP16, "model_name": "gemma-7b", "per_device_batch_size": 1}, 2),
+    "gemma2-27b/v6e bf16 pdbs 1 seq 2048": ("v6e", "4x4", {"model_name": "gemma2-27b", "per_device_batch_size": 1,
+                                                           "max_target_length": 2048, **BF16}, 2),
+    "gemma3-27b/v5p bf16 pdbs 2": ("v5p", "2x2x2", {**V5P, "model_name": "gemma3-27b", "per_device_batch_size": 2, **BF16}, 2),
+    "olmo3-7b/v5p fsdp 8 pdbs 2": ("v5p", "2x2x2", {**FSDP8, "model_name": "olmo3-7b", "per_device_batch_size": 2}, 2),
+    "gpt3-6b/v6e fsdp 16 pdbs 2 minimal": ("v6e", "4x4", {**FSDP16, "model_name": "gpt3-6b", "max_target_length": 1024,
+                                                          "per_device_batch_size": 2, "remat_policy": "minimal"}, 2),
+    "gemma4-31b/v6e bf16 pdbs 1 seq 8192": ("v6e", "4x4", {"model_name": "gemma4-31b", "per_device_batch_size": 1,
+                                                           "max_target_length": 8192, **BF16}, 2),
+    "llama3.1-70b/v6e bf16 pdbs 1 seq 2048 save_qkv_proj": ("v6e", "4x4", {"model_name": "llama3.1-70b", "per_device_batch_size": 1,
+                                                                           "max_target_length": 2048,
+                                                                           "remat_policy": "save_qkv_proj", **BF16}, 2),
+}
 GROUPS = {"sharding": SHARDING, "in-sample": IN_SAMPLE, "held-out-c0233b2": HELD_OUT_C0233B2,
-          "held-out-7ae30a1": HELD_OUT_7AE30A1, "held-out": HELD_OUT}
+          "held-out-7ae30a1": HELD_OUT_7AE30A1, "held-out-5f8a35e": HELD_OUT_5F8A35E, "held-out": HELD_OUT}
 WITHIN = 0.10
 
 
