@@ -156,7 +156,7 @@ def test_cli_errors_are_one_line_with_status_2(capsys, tmp_path, dev_outputs):
         ("--outputs-file", f, "--preset", "llama3-405b"): "--preset='llama3-405b': expected one of llama3-70b, llama3-8b",
         ("--outputs-file", f, "ici_fsdp_parallelism=4", "ici_tensor_parallelism=2"):
             "ici_fsdp_parallelism*ici_tensor_parallelism='4*2=8': expected a product of 16",
-        ("--outputs-file", f, "--min-slices", "3"): "--min-slices=3: expected an integer between 1 and --slices (2)",
+        ("--outputs-file", f, "--min-slices", "3"): "--min-slices=3: expected an integer between elasticMinSlices (1) and numSlices (2)",
         ("--outputs-file", f, "--preset", "tiny-cpu"): "a TPU preset for a cluster run",
         ("--outputs-file", f, "steps"): "override='steps': expected MaxText key=value",
         ("--outputs-file", str(tmp_path / "none.json")): "expected a readable file",
