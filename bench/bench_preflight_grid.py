@@ -16,7 +16,8 @@ the torus cannot hold, an uneven batch, tpu7x's TensorCores, and meshes that pas
 compiles whose live sets the estimate's terms for the new layer kinds come from), ``held-out-c0233b2``,
 ``held-out-7ae30a1`` and ``held-out-5f8a35e`` (held out from the estimate of that commit, then read for the
 terms of the next change), ``held-out`` (picked after the estimate's last change and compiled after it; used
-for nothing). Results land in the compile check's cache; a second run prints at once. bench/README.md, "Preview's verdict against XLA's", has the tables.
+for nothing). Results land in the compile check's cache; a second run prints at once. bench/README.md,
+"Preview's verdict against XLA's", has the tables.
 """
 
 from __future__ import annotations

@@ -100,11 +100,12 @@ within 10%, the last held-out round among them: it measures the estimate, which 
 unlike those may be off by more."""
 
 LOGIT_BYTES = 2 + 2
-"""The bfloat16 logits kept for the loss's backward + their bfloat16 gradient. MaxText casts the logits to float32 (``cast_logits_to_fp32``), but XLA fuses that cast and the softmax
-into the loss's reductions and into the gradient's producer, so no float32 copy is a buffer: in XLA's live set at
-the peak (``--xla_dump_to``'s ``*-live-range.txt``) of Llama 3 8B, Qwen 3 0.6B, Gemma 2 9B, Gemma 3 4B (tensor 4)
-and OLMo 3 7B (tensor 2) the two largest buffers are ``bf16[batch, length, vocab/tensor]``, from the forward
-``dot_general`` and the backward ``convert_element_type`` (or ``div``, soft-capped)."""
+"""The bfloat16 logits kept for the loss's backward + their bfloat16 gradient. MaxText casts the logits to float32
+(``cast_logits_to_fp32``), but XLA fuses that cast and the softmax into the loss's reductions and into the
+gradient's producer, so no float32 copy is a buffer: in XLA's live set at the peak (``--xla_dump_to``'s
+``*-live-range.txt``) of Llama 3 8B, Qwen 3 0.6B, Gemma 2 9B, Gemma 3 4B (tensor 4) and OLMo 3 7B (tensor 2) the
+two largest buffers are ``bf16[batch, length, vocab/tensor]``, from the forward ``dot_general`` and the backward
+``convert_element_type`` (or ``div``, soft-capped)."""
 
 # Where tensor parallelism does not split the vocabulary XLA writes the gradient over the logits in some compiles
 # and beside them in others: one bf16[8,2048,256128] for Gemma 2B on 2 x v6e-16 (fsdp 16, pdbs 8), one
@@ -438,7 +439,7 @@ def estimate_hbm(
     state_bytes = (mu_bytes + w_bytes) if OPTIMIZER_STATES[opt_type] else 0
 
     # Per device (a chip, or a TensorCore of tpu7x), then per chip.
-    params = _params_per_device(m, parallelism, shape, num_slices)
+    params, layer_params = _params_per_device(m, parallelism, shape, num_slices)
     tp = mesh.tensor
     # tokens held by one batch shard: global batch (pdbs x devices) / (data x fsdp) x length
     tokens = per_device_batch_size * mesh.devices / mesh.batch_shards * max_target_length
@@ -471,7 +472,7 @@ def estimate_hbm(
         for unit in units for one in unit.layers
     )
     transient, kind = (head, OUTPUT_HEAD) if head >= layer else (layer, "one decoder layer")
-    transient += LAYER_WEIGHTS_HELD * _params_per_device(m, parallelism, shape, num_slices, layers_only=True) * act_bytes
+    transient += LAYER_WEIGHTS_HELD * layer_params * act_bytes
     activations, transient = activations * per_chip, transient * per_chip
     params_per_chip = params * per_chip
 
@@ -502,18 +503,23 @@ def _layer_params(layer: Layer, d: int) -> int:
 
 
 def _params_per_device(
-    model: ModelShape, parallelism: Mapping[str, object], shape: SliceShape, num_slices: int, layers_only: bool = False
-) -> float:
+    model: ModelShape, parallelism: Mapping[str, object], shape: SliceShape, num_slices: int
+) -> tuple[float, float]:
     """Each weight's elements over the shards MaxText's rules split it into on this mesh (norm scales split over
-    tensor only, or fsdp for Llama 2; everything else over fsdp and tensor); the layers' weights only with
-    ``layers_only`` (not the embeddings, the output head, the final norm)."""
+    tensor only, or fsdp for Llama 2; everything else over fsdp and tensor): all the weights, and the layers'
+    only (not the embeddings, the output head, the final norm)."""
     resolved = resolved_config({**parallelism, "model_name": model.name}) or {}
     rules = resolved.get("logical_axis_rules") or ()
     devices = shape.chips * shape.generation.jax_devices_per_chip
     mesh = run_mesh(parallelism, resolved.get("mesh_axes") or ("data", "fsdp", "tensor"), devices, num_slices)
     layer_paths = tuple(f"{block.path}/" for block in model.blocks)
-    return sum(weight.size / mesh.shards([axis for dim in logical_to_mesh(weight.axes, rules) for axis in dim])
-               for weight in model.weights() if not layers_only or weight.name.startswith(layer_paths))
+    total = layers = 0.0
+    for weight in model.weights():
+        elements = weight.size / mesh.shards([axis for dim in logical_to_mesh(weight.axes, rules) for axis in dim])
+        total += elements
+        if weight.name.startswith(layer_paths):
+            layers += elements
+    return total, layers
 
 
 _MUST_STAY_DEFAULT: dict[str, object] = {
