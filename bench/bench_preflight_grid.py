@@ -76,6 +76,10 @@ IN_SAMPLE: dict[str, Cell] = {
     # bench_estimates.py's held-out miss (1.31), compiled again to read its live set.
     "gemma-2b/v6e fsdp 16 pdbs 8 seq 2048": ("v6e", "4x4", {"model_name": "gemma-2b", "per_device_batch_size": 8,
                                                             "max_target_length": 2048, **FSDP16}, 2),
+    # One program on two generations: v5e keeps one logits buffer where v6e keeps two (FORWARD_LOGITS_ONLY).
+    "qwen3-0.6b/v5e pdbs 8 seq 2048": ("v5e", "4x4", {"model_name": "qwen3-0.6b", "per_device_batch_size": 8,
+                                                      "max_target_length": 2048}, 2),
+    "qwen3-0.6b/v6e pdbs 8 seq 4096": ("v6e", "4x4", {"model_name": "qwen3-0.6b", "per_device_batch_size": 8}, 2),
 }
 HELD_OUT_C0233B2: dict[str, Cell] = {
     # Held out once: picked and compiled after the estimate was committed (c0233b2), every layer kind the
