@@ -14,9 +14,9 @@ XLA's stand beside them.
 Groups: ``sharding`` (meshes chosen to meet each refusal: a vocabulary, KV heads, fused heads, an ICI axis
 the torus cannot hold, an uneven batch, tpu7x's TensorCores, and meshes that pass), ``in-sample`` (the
 compiles whose live sets the estimate's terms for the new layer kinds come from), ``held-out-c0233b2``,
-``held-out-7ae30a1`` and ``held-out-5f8a35e`` (held out from the estimate of that commit, then read for the
-terms of the next change), ``held-out`` (picked after the estimate's last change and compiled after it; used
-for nothing). Results land in the compile check's cache; a second run prints at once. bench/README.md,
+``held-out-7ae30a1``, ``held-out-5f8a35e`` and ``held-out-dd6e3d8`` (held out from the estimate of that commit,
+then read for the terms of the next change), ``held-out`` (picked after the estimate's last change and compiled
+after it; used for nothing). Results land in the compile check's cache; a second run prints at once. bench/README.md,
 "Preview's verdict against XLA's", has the tables.
 """
 
@@ -164,8 +164,9 @@ HELD_OUT_5F8A35E: dict[str, Cell] = {
     "gemma4-31b/v5p bf16 pdbs 1 seq 8192": ("v5p", "2x2x2", {**V5P, "model_name": "gemma4-31b", "per_device_batch_size": 1,
                                                              "max_target_length": 8192, **BF16}, 2),
 }
-HELD_OUT: dict[str, Cell] = {
-    # Picked after dd6e3d8 (the estimate's last change) and compiled after it; used for nothing.
+HELD_OUT_DD6E3D8: dict[str, Cell] = {
+    # Held out once: picked after dd6e3d8 and compiled after it. Qwen 3 0.6B's live set on v5e, beside the same
+    # program's on v6e (in-sample), then gave 35d9fab's term (the forward's logits alone on v5e).
     "llama3-8b/v5e fsdp 16 pdbs 1 seq 2048": ("v5e", "4x4", {**FSDP16, "per_device_batch_size": 1, "max_target_length": 2048}, 2),
     "llama2-7b/v5p pdbs 1 seq 8192 save_dot_except_mlpwi": ("v5p", "2x2x2", {**V5P, "model_name": "llama2-7b",
                                                                              "per_device_batch_size": 1, "max_target_length": 8192,
@@ -188,8 +189,43 @@ HELD_OUT: dict[str, Cell] = {
                                                                            "max_target_length": 2048,
                                                                            "remat_policy": "save_qkv_proj", **BF16}, 2),
 }
+HELD_OUT: dict[str, Cell] = {
+    # Picked after 35d9fab (the estimate's last change) and compiled after it; used for nothing. Every family,
+    # v5e, v5p, v6e and tpu7x, 1,024 to 8,192 tokens, float32 and bfloat16 weights, six remat policies.
+    "llama2-13b/v5e fsdp 16 pdbs 1 seq 2048": ("v5e", "4x4", {**FSDP16, "model_name": "llama2-13b", "per_device_batch_size": 1,
+                                                              "max_target_length": 2048}, 2),
+    "qwen3-4b/v5e pdbs 2 seq 2048": ("v5e", "4x4", {"model_name": "qwen3-4b", "per_device_batch_size": 2,
+                                                    "max_target_length": 2048}, 2),
+    "gemma-2b/v5e fsdp 16 pdbs 2": ("v5e", "4x4", {**FSDP16, "model_name": "gemma-2b", "per_device_batch_size": 2}, 2),
+    "qwen2.5-7b/v5e pdbs 1 save_qkv_proj": ("v5e", "4x4", {"model_name": "qwen2.5-7b", "per_device_batch_size": 1,
+                                                           "remat_policy": "save_qkv_proj"}, 2),
+    "gemma3-4b/v5e pdbs 2 seq 2048": ("v5e", "4x4", {"model_name": "gemma3-4b", "per_device_batch_size": 2,
+                                                     "max_target_length": 2048}, 2),
+    "gpt3-6b/v5e fsdp 16 pdbs 4": ("v5e", "4x4", {**FSDP16, "model_name": "gpt3-6b", "max_target_length": 1024,
+                                                  "per_device_batch_size": 4}, 2),
+    "llama3.1-8b/v5p pdbs 4 save_qkv_proj": ("v5p", "2x2x2", {**V5P, "model_name": "llama3.1-8b", "per_device_batch_size": 4,
+                                                              "remat_policy": "save_qkv_proj"}, 2),
+    "qwen3-8b/v5p fsdp 8 pdbs 2 seq 8192": ("v5p", "2x2x2", {**FSDP8, "model_name": "qwen3-8b", "per_device_batch_size": 2,
+                                                             "max_target_length": 8192}, 2),
+    "gemma2-9b/v5p pdbs 2": ("v5p", "2x2x2", {**V5P, "model_name": "gemma2-9b", "per_device_batch_size": 2}, 2),
+    "llama2-70b/v5p bf16 pdbs 1": ("v5p", "2x2x2", {**V5P, "model_name": "llama2-70b", "per_device_batch_size": 1, **BF16}, 2),
+    "olmo3-7b/v5p tensor 2 pdbs 4 seq 2048": ("v5p", "2x2x2", {**V5P_TP2, "model_name": "olmo3-7b", "per_device_batch_size": 4,
+                                                               "max_target_length": 2048}, 2),
+    "mistral-7b/v6e pdbs 4 seq 2048 save_dot_except_mlpwi": ("v6e", "4x4", {"model_name": "mistral-7b", "per_device_batch_size": 4,
+                                                                            "max_target_length": 2048,
+                                                                            "remat_policy": "save_dot_except_mlpwi"}, 2),
+    "llama3-8b/v6e pdbs 2 seq 8192 save_out_proj": ("v6e", "4x4", {"per_device_batch_size": 2, "max_target_length": 8192,
+                                                                   "remat_policy": "save_out_proj"}, 2),
+    "gemma3-12b/v6e bf16 pdbs 2": ("v6e", "4x4", {"model_name": "gemma3-12b", "per_device_batch_size": 2, **BF16}, 2),
+    "qwen3-14b/v6e bf16 pdbs 2 minimal_with_context": ("v6e", "4x4", {"model_name": "qwen3-14b", "per_device_batch_size": 2,
+                                                                      "remat_policy": "minimal_with_context", **BF16}, 2),
+    "gemma2-2b/v6e pdbs 4": ("v6e", "4x4", {"model_name": "gemma2-2b", "per_device_batch_size": 4}, 2),
+    "qwen3-1.7b/v6e fsdp 16 pdbs 4": ("v6e", "4x4", {**FSDP16, "model_name": "qwen3-1.7b", "per_device_batch_size": 4}, 2),
+    "qwen3-4b/tpu7x pdbs 2": ("tpu7x", "2x2x2", {"model_name": "qwen3-4b", "per_device_batch_size": 2}, 2),
+}
 GROUPS = {"sharding": SHARDING, "in-sample": IN_SAMPLE, "held-out-c0233b2": HELD_OUT_C0233B2,
-          "held-out-7ae30a1": HELD_OUT_7AE30A1, "held-out-5f8a35e": HELD_OUT_5F8A35E, "held-out": HELD_OUT}
+          "held-out-7ae30a1": HELD_OUT_7AE30A1, "held-out-5f8a35e": HELD_OUT_5F8A35E,
+          "held-out-dd6e3d8": HELD_OUT_DD6E3D8, "held-out": HELD_OUT}
 WITHIN = 0.10
 
 
