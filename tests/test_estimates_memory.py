@@ -6,9 +6,9 @@ max_target_length=4096, MaxText defaults otherwise (weight_dtype float32,
 grads float32, AdamW mu/nu float32, activations bfloat16, remat full).
 
 Usable HBM = XLA's limit, 31.24 GiB of a v6e's 32. GiB = 2**30 bytes. A verdict is
-"fits" when total / 0.72 <= 31.24 (total <= 22.49), "does NOT fit" when
+"fits" when total / 0.68 <= 31.24 (total <= 21.24), "does NOT fit" when
 total / 1.40 > 31.24 (total > 43.74), "uncertain" between: the estimate has
-been 0.72-1.40 x XLA's figure (ESTIMATE_OVER_XLA, bench/README.md).
+been 0.68-1.40 x XLA's figure (ESTIMATE_OVER_XLA, bench/README.md).
 
 Finding (kept as a test, not hidden): the tutorial's 70B command as written
 cannot fit with MaxText's default float32 weights - weights, gradients and
@@ -47,7 +47,7 @@ def _close(actual: float, expected: float) -> None:
     assert actual == pytest.approx(expected, abs=TOL)
 
 
-def test_8b_tutorial_baseline_fits():
+def test_8b_tutorial_baseline_is_within_the_estimates_error_of_the_limit():
     """Llama 3 8B, pdbs 4, fsdp 4 x tensor 4 per slice, data 2 over DCN.
 
     params/chip = (8,030,261,248 - 266,240 norm scales) / (fsdp 4 x tensor 4) + 266,240 / tensor 4
@@ -61,7 +61,7 @@ def test_8b_tutorial_baseline_fits():
         + its weight gathered over fsdp, 4096 x 128,256/4 x 2 B = 0.24463 GiB -> 9.57275 GiB
       + the layers' weights in bf16: 32 x ((218,112,000 - 8,192 norm scales) / 16 + 8,192 / 4)
         x 2 B = 0.81262 GiB -> 10.38537 GiB
-    total = 4 x 1.86988 + 4 + 10.38537 = 21.86489 GiB <= 22.49 -> fits
+    total = 4 x 1.86988 + 4 + 10.38537 = 21.86489 GiB > 21.24 -> uncertain (XLA: 21.84 GiB, it fits)
     """
     b = estimate_hbm("llama3-8b", V6E_4X4, 2, MESH_8B, 4, 4096, "full")
     _close(b.params_gib, 1.86988)
@@ -72,7 +72,7 @@ def test_8b_tutorial_baseline_fits():
     assert b.transient_kind == OUTPUT_HEAD
     _close(b.total_gib, 21.86489)
     _close(b.usable_gib, 31.24)
-    assert b.fits and b.verdict == "fits"
+    assert not b.fits and not b.does_not_fit and b.verdict == "uncertain: run the compile check"
     _close(b.margin_gib, 31.24 - 21.86489)
     assert b.mesh == "data=2x1 fsdp=4 tensor=4"
 
@@ -175,7 +175,7 @@ def test_70b_with_remat_full_needs_the_compile_check():
       one layer's backward 2 x 1.46094 + 3 x 0.39844 = 4.11719 GiB
       (> the output head = 16,384 x (32,064 x 4 B + 8192 x 2 B x 3) = 2.70703 GiB)
       + the layers' weights in bf16 3.98499 GiB -> 8.10218 GiB
-    total = 29.53139 GiB > 22.49 -> uncertain, margin 1.70861 GiB
+    total = 29.53139 GiB > 21.24 -> uncertain, margin 1.70861 GiB
     """
     b = estimate_hbm(
         "llama3-70b", V6E_4X4, 2, MESH_70B, 1, 4096, "full", weight_dtype="bfloat16"
@@ -247,7 +247,7 @@ def test_format_shows_breakdown_and_verdict():
     text = estimate_hbm("llama3-8b", V6E_4X4, 2, MESH_8B, 4, 4096).format()
     assert "ESTIMATE" in text
     for label in ("parameters (float32)", "gradients", "optimizer state", "saved activations",
-                  "transient", "total", "usable HBM", "verdict: fits"):
+                  "transient", "total", "usable HBM", "verdict: uncertain: run the compile check"):
         assert label in text
     assert "21.86 GiB" in text and "31.24 GiB" in text and "(XLA's limit of a 32 GiB chip)" in text
     low, high = ESTIMATE_OVER_XLA
