@@ -97,7 +97,7 @@ highest, rounded outwards, over every run compiled to derive or to test the esti
 2 x v5e-16, pdbs 2, 2,048 tokens: 10.84 GiB, where XLA keeps the unscanned layers' backward buffers beside the
 scanned layers' and the logits) to 1.396 (Gemma 2B on 2 x v6e-16, all fsdp, pdbs 8, where XLA wrote the
 unsplit logits' gradient over them); the 98 runs of ``bench/bench_estimates.py`` and
-``bench/bench_preflight_grid.py`` (libtpu 0.0.50.1, MaxText 0.2.5) that bench/README.md lists, 80 of them
+``bench/bench_preflight_grid.py`` (libtpu 0.0.50.1, MaxText 0.2.5) that bench/README.md lists, 82 of them
 within 10%, the last held-out round among them: it set the lower end, and measures the estimate, which it did
 not change. A run unlike those may be off by more."""
 
