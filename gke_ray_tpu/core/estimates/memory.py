@@ -30,7 +30,8 @@ Components
    input (``decoder_layer_input``, the scan carry) plus the named tensors its
    remat policy saves of each of its layers (``MODELLED_REMAT_POLICIES``; names
    and sets from ``get_remat_policy`` in MaxText ``layers/nnx_decoders.py``) that
-   the backward reads (:func:`kept_by_backward`), all in ``dtype`` (bfloat16). A ``[batch, length, X]`` activation has its batch
+   the backward reads (:func:`kept_by_backward`), all in ``dtype`` (bfloat16).
+   A ``[batch, length, X]`` activation has its batch
    split over data x fsdp (``activation_batch``) and ``X`` split over tensor
    (``activation_embed`` / ``activation_heads`` / ``activation_kv`` /
    ``activation_mlp`` -> tensor), so per chip it holds ``per_device_batch_size
@@ -460,40 +461,10 @@ def estimate_hbm(
     # tokens held by one batch shard: global batch (pdbs x devices) / (data x fsdp) x length
     tokens = per_device_batch_size * mesh.devices / mesh.batch_shards * max_target_length
 
-    def layer_bytes(layer: Layer, names) -> float:
-        tensors = _layer_tensors(layer, m.d_model)
-        return sum(_per_chip_elements(*tensors[n], tokens, tp) for n in set(names) if n in tensors) * act_bytes
-
+    acts = _Activations(m, tokens, tp, act_bytes)
     units = remat_units(m)
-    carry = tokens * m.d_model / (tp if m.d_model % tp == 0 else 1) * act_bytes
-    activations = sum(unit.count * (carry + sum(layer_bytes(layer, kept_by_backward(layer, policy.saves))
-                                                for layer in unit.layers))
-                      for unit in units)
-
-    def recompute(unit: RematUnit) -> float:
-        """The backward of a unit of several layers keeps every other layer's matmul outputs while it goes back
-        through one."""
-        return sum(sorted(layer_bytes(layer, RECOMPUTED) for layer in unit.layers)[:-1])
-
-    vocab_split = tp > 1 and m.vocab_size % tp == 0
-    logits = _per_chip_elements(m.vocab_size, m.vocab_size, tokens, tp)
-    beside_logits = (
-        tokens * m.d_model * act_bytes * HEAD_INPUT_COPIES
-        + HEAD_WEIGHT_COPIES * m.vocab_size / (tp if vocab_split else 1) * m.d_model * act_bytes
-        + recompute(units[-1])
-    )
-    layer = max(
-        LAYER_BACKWARD_COPIES * layer_bytes(one, _layer_tensors(one, m.d_model)) + recompute(unit)
-        + LAYER_WEIGHT_COPIES * _layer_params(one, m.d_model) / tp * act_bytes
-        for unit in units for one in unit.layers
-    )
-    if shape.generation.name in FORWARD_LOGITS_ONLY:
-        layer_backward = max(LAYER_BACKWARD_COPIES * layer_bytes(one, _layer_tensors(one, m.d_model))
-                             for unit in units for one in unit.layers)
-        head = logits * FORWARD_LOGIT_BYTES + max(beside_logits, layer_backward)
-    else:
-        head = logits * LOGIT_BYTES + beside_logits
-    transient, kind = (head, OUTPUT_HEAD) if head >= layer else (layer, "one decoder layer")
+    activations = sum(unit.count * acts.saved(unit, policy.saves) for unit in units)
+    transient, kind = acts.transient(units, shape.generation.name)
     transient += LAYER_WEIGHTS_HELD * layer_params * act_bytes
     activations, transient = activations * per_chip, transient * per_chip
     params_per_chip = params * per_chip
@@ -518,6 +489,59 @@ def estimate_hbm(
         devices_per_chip=per_chip,
         params_per_chip=params_per_chip,
     )
+
+
+@dataclass(frozen=True)
+class _Activations:
+    """What one device holds of the model's activations, by the terms the module's docstring lists."""
+
+    model: ModelShape
+    tokens: float
+    """Tokens one batch shard holds: global batch (pdbs x devices) / (data x fsdp) x length."""
+    tp: int
+    act_bytes: int
+
+    def of_layer(self, layer: Layer, names: Sequence[str]) -> float:
+        tensors = _layer_tensors(layer, self.model.d_model)
+        elements = sum(_per_chip_elements(*tensors[n], self.tokens, self.tp) for n in set(names) if n in tensors)
+        return elements * self.act_bytes
+
+    def saved(self, unit: RematUnit, saves: Sequence[str]) -> float:
+        """One remat unit's input (the scan carry) and what the backward reads of what the policy saves."""
+        d = self.model.d_model
+        carry = self.tokens * d / (self.tp if d % self.tp == 0 else 1) * self.act_bytes
+        return carry + sum(self.of_layer(layer, kept_by_backward(layer, saves)) for layer in unit.layers)
+
+    def recompute(self, unit: RematUnit) -> float:
+        """The backward of a unit of several layers keeps every other layer's matmul outputs while it goes back
+        through one."""
+        return sum(sorted(self.of_layer(layer, RECOMPUTED) for layer in unit.layers)[:-1])
+
+    def backward(self, layer: Layer) -> float:
+        """One layer's recomputed tensors and their gradients."""
+        return LAYER_BACKWARD_COPIES * self.of_layer(layer, _layer_tensors(layer, self.model.d_model))
+
+    def transient(self, units: Sequence[RematUnit], generation: str) -> tuple[float, str]:
+        """The larger working set, the output head's or one decoder layer's, and which it is."""
+        m, tokens, tp, act_bytes = self.model, self.tokens, self.tp, self.act_bytes
+        vocab_split = tp > 1 and m.vocab_size % tp == 0
+        logits = _per_chip_elements(m.vocab_size, m.vocab_size, tokens, tp)
+        beside_logits = (
+            tokens * m.d_model * act_bytes * HEAD_INPUT_COPIES
+            + HEAD_WEIGHT_COPIES * m.vocab_size / (tp if vocab_split else 1) * m.d_model * act_bytes
+            + self.recompute(units[-1])
+        )
+        layer = max(
+            self.backward(one) + self.recompute(unit)
+            + LAYER_WEIGHT_COPIES * _layer_params(one, m.d_model) / tp * act_bytes
+            for unit in units for one in unit.layers
+        )
+        if generation in FORWARD_LOGITS_ONLY:
+            first_layer = max(self.backward(one) for unit in units for one in unit.layers)
+            head = logits * FORWARD_LOGIT_BYTES + max(beside_logits, first_layer)
+        else:
+            head = logits * LOGIT_BYTES + beside_logits
+        return (head, OUTPUT_HEAD) if head >= layer else (layer, "one decoder layer")
 
 
 def _layer_params(layer: Layer, d: int) -> int:
