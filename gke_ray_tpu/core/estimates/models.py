@@ -14,7 +14,7 @@ six layers with an unscanned remainder, OLMo 3 a cycle of four), the weights of
 each layer (its attention's projections, biases and norms, its MLP) and their
 logical axis names (``("embed_attn", "q_heads", "kv")``), as MaxText 0.2.5's
 ``models/<block>.py``, ``layers/attentions.py``, ``layers/linears.py`` and
-``layers/nnx_decoders.py`` build them. ``tests/test_estimates_layers.py`` builds
+``layers/nnx_decoders.py`` build them. ``tests/test_estimates_sharding.py`` builds
 MaxText's own abstract train state for each dense model it ships and compares
 every weight's path, shape and partitioning with :meth:`ModelShape.weights`.
 A mixture of experts, multi-latent attention, a vision encoder or layers that
