@@ -188,7 +188,8 @@ def test_preview_prints_the_cost_per_mode_and_warns_about_slices_held_for_nothin
     idle, training, month = (float(value.replace(",", "")) for value in row.split()[-3:])
     assert 0 < idle <= 0.01 * training and month == pytest.approx(idle * 730, rel=0.05)  # idle is rounded to cents
     assert "system pool 1 x e2-medium" in flex and "Ray head pool 0-3 x n1-standard-16" in flex
-    assert "warning:" not in flex
+    # The only warning is the 8B's HBM estimate, too close to XLA's limit to call (tests/test_preflight_and_plan.py).
+    assert [line for line in flex.splitlines() if "warning:" in line and "within the estimate's error" not in line] == []
     held = offline_preview(runs=None)
     assert "warning: this stack holds its 32 TPU chips while no run is declared: $" in held
     assert "gke-ray-tpu:scaleToZero true" in held
