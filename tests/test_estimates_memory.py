@@ -155,7 +155,7 @@ def test_70b_bf16_weights_at_tutorial_batch_is_too_close_to_call():
     """bf16 weights halve the state (16.42921 GiB) but pdbs 2 keeps 10 GiB of layer inputs.
 
     total = 16.42921 + 10.00000 + 11.02405 = 37.45326 GiB: over 31.24, but XLA's
-    figure may be 24.97-52.02 GiB, so only the compile check can tell.
+    figure may be 26.75-55.08 GiB, so only the compile check can tell.
     """
     b = estimate_hbm(
         "llama3-70b", V6E_4X4, 2, MESH_70B, 2, 4096, "full", weight_dtype="bfloat16"

@@ -1,6 +1,8 @@
 """Per-chip HBM estimate for MaxText training of a dense decoder (:mod:`gke_ray_tpu.core.estimates.models`).
 
-One model, applied the same way to every configuration (no special cases).
+One model, applied the same way to every configuration; where XLA's TPU compiler lays out a step differently
+for a decoder block or a generation, a named constant says so and why (:data:`PER_LAYER_REMAT`,
+:data:`FORWARD_LOGITS_ONLY`).
 Everything is per chip, in GiB (2**30 bytes; MaxText's "Memstats ... (GB)"
 lines are GiB too: Llama 3.1 70B bf16 over 8 v6e chips logs "16.43 / 31.25",
 and 70,553,706,496 x 2 B / 8 / 2**30 = 16.43). On tpu7x, whose TensorCores are
@@ -531,14 +533,15 @@ class _Activations:
             + HEAD_WEIGHT_COPIES * m.vocab_size / (tp if vocab_split else 1) * m.d_model * act_bytes
             + self.recompute(units[-1])
         )
-        layer = max(
-            self.backward(one) + self.recompute(unit)
-            + LAYER_WEIGHT_COPIES * _layer_params(one, m.d_model) / tp * act_bytes
-            for unit in units for one in unit.layers
-        )
+        # Each layer's backward and its unit's recompute, computed once for both terms below.
+        layers = []
+        for unit in units:
+            recompute = self.recompute(unit)
+            layers += [(self.backward(one), recompute, one) for one in unit.layers]
+        layer = max(backward + recompute + LAYER_WEIGHT_COPIES * _layer_params(one, m.d_model) / tp * act_bytes
+                    for backward, recompute, one in layers)
         if generation in FORWARD_LOGITS_ONLY:
-            first_layer = max(self.backward(one) for unit in units for one in unit.layers)
-            head = logits * FORWARD_LOGIT_BYTES + max(beside_logits, first_layer)
+            head = logits * FORWARD_LOGIT_BYTES + max(beside_logits, max(backward for backward, _, _ in layers))
         else:
             head = logits * LOGIT_BYTES + beside_logits
         return (head, OUTPUT_HEAD) if head >= layer else (layer, "one decoder layer")
