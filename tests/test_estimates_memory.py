@@ -7,8 +7,8 @@ grads float32, AdamW mu/nu float32, activations bfloat16, remat full).
 
 Usable HBM = XLA's limit, 31.24 GiB of a v6e's 32. GiB = 2**30 bytes. A verdict is
 "fits" when total / 0.68 <= 31.24 (total <= 21.24), "does NOT fit" when
-total / 1.40 > 31.24 (total > 43.74), "uncertain" between: the estimate has
-been 0.68-1.40 x XLA's figure (ESTIMATE_OVER_XLA, bench/README.md).
+total / 1.69 > 31.24 (total > 52.80), "uncertain" between: the estimate has
+been 0.68-1.69 x XLA's figure (ESTIMATE_OVER_XLA, bench/README.md).
 
 Finding (kept as a test, not hidden): the tutorial's 70B command as written
 cannot fit with MaxText's default float32 weights - weights, gradients and
@@ -155,7 +155,7 @@ def test_70b_bf16_weights_at_tutorial_batch_is_too_close_to_call():
     """bf16 weights halve the state (16.42921 GiB) but pdbs 2 keeps 10 GiB of layer inputs.
 
     total = 16.42921 + 10.00000 + 11.02405 = 37.45326 GiB: over 31.24, but XLA's
-    figure may be 26.75-55.08 GiB, so only the compile check can tell.
+    figure may be 22.16-55.08 GiB, so only the compile check can tell.
     """
     b = estimate_hbm(
         "llama3-70b", V6E_4X4, 2, MESH_70B, 2, 4096, "full", weight_dtype="bfloat16"
@@ -164,6 +164,20 @@ def test_70b_bf16_weights_at_tutorial_batch_is_too_close_to_call():
     _close(b.total_gib, 37.45326)
     assert not b.fits and not b.does_not_fit
     assert b.verdict == "uncertain: run the compile check"
+
+
+@pytest.mark.parametrize("overrides, xla_peak", [
+    ({"model_name": "qwen3-1.7b", "ici_fsdp_parallelism": 16, "ici_tensor_parallelism": 1, "per_device_batch_size": 16},
+     27.93),
+    ({**MESH_8B, "model_name": "gemma2-2b", "per_device_batch_size": 10}, 29.35),
+])
+def test_a_run_xla_fits_is_not_called_does_not_fit(overrides, xla_peak):
+    """The two runs the estimate overstates most, on 2 x v6e-16: XLA fits both (its peaks, from
+    bench/bench_xla_need.py, beside estimates of 47.19 and 48.88 GiB), so the verdict may not refuse them, as the
+    band of 070808b (0.68-1.40) did, which failed a declared run of either at preview."""
+    b = estimate_hbm_from_config({"max_target_length": 4096, **overrides}, V6E_4X4, 2)
+    assert xla_peak <= b.usable_gib < b.total_gib
+    assert not b.does_not_fit and b.verdict == "uncertain: run the compile check"
 
 
 def test_70b_with_remat_full_needs_the_compile_check():

@@ -184,7 +184,8 @@ def check_declared_runs(cfg: StackConfig, info: Callable[[str], None]) -> list[P
                 key, run.run_name,
                 f"a run that fits the chips: estimated {report.hbm.total_gib:.2f} GiB per chip, "
                 f"{report.hbm.usable_gib:.2f} GiB usable on {cfg.shape.generation.name} "
-                "(lower per_device_batch_size, bfloat16 weights, remat_policy full, more fsdp)",
+                "(lower per_device_batch_size, bfloat16 weights, remat_policy full, more fsdp; or "
+                f"{config_key('compile_check')} true for XLA's own verdict)",
             )
         info(f"Declared run {run.run_name} (preset {run.preset}):\n" + text)
         reports.append(report)
