@@ -290,21 +290,23 @@ def report(group: str, rows: list[dict]) -> None:
     print(line)
 
 
-def main() -> None:
+def run_groups(groups: dict[str, dict[str, Cell]], measure, report, progress) -> None:
+    """The command line both grid benches share: each group asked for (all by default), its cells (or only
+    those named) measured one by one with ``progress(row)`` on stderr, then its table."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--group", choices=sorted(GROUPS), action="append", help="measure only this group (repeatable)")
+    parser.add_argument("--group", choices=sorted(groups), action="append", help="measure only this group (repeatable)")
     parser.add_argument("--only", nargs="*", help="measure only these cells")
     args = parser.parse_args()
-    for group in args.group or GROUPS:
+    for group in args.group or groups:
         rows = []
-        for name, cell in GROUPS[group].items():
+        for name, cell in groups[group].items():
             if args.only and name not in args.only:
                 continue
             rows.append(measure(name, cell))
-            print(f"{name}: {rows[-1]['xla']}", file=sys.stderr, flush=True)
+            print(f"{name}: {progress(rows[-1])}", file=sys.stderr, flush=True)
         if rows:
             report(group, rows)
 
 
 if __name__ == "__main__":
-    main()
+    run_groups(GROUPS, measure, report, lambda row: row["xla"])

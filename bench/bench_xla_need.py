@@ -19,7 +19,6 @@ compile check's cache; a second run prints at once.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_preflight_grid import HELD_OUT, PRESET, Cell, _job  # noqa: E402
+from bench_preflight_grid import HELD_OUT, PRESET, Cell, _job, run_groups  # noqa: E402
 from gke_ray_tpu.core.estimates.memory import estimate_hbm_from_config  # noqa: E402
 from gke_ray_tpu.stack.xla_check import compile_check, request_for_job  # noqa: E402
 
@@ -83,21 +82,5 @@ def report(group: str, rows: list[dict]) -> None:
           f"least memory: {sum(abs(r - 1) <= 0.10 for r in least)} of {len(rows)} ({min(least):.3f} to {max(least):.3f})")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--group", choices=sorted(GROUPS), action="append", help="measure only this group (repeatable)")
-    parser.add_argument("--only", nargs="*", help="measure only these runs")
-    args = parser.parse_args()
-    for group in args.group or GROUPS:
-        rows = []
-        for name, cell in GROUPS[group].items():
-            if args.only and name not in args.only:
-                continue
-            rows.append(measure(name, cell))
-            print(f"{name}: {rows[-1]['default']:.2f} / {rows[-1]['need']:.2f}", file=sys.stderr, flush=True)
-        if rows:
-            report(group, rows)
-
-
 if __name__ == "__main__":
-    main()
+    run_groups(GROUPS, measure, report, lambda row: f"{row['default']:.2f} / {row['need']:.2f}")
