@@ -13,8 +13,9 @@ the scheduler finds). The first is XLA's verdict; the second shows how much of i
 
 Groups: ``batch`` (the tutorial's Llama 3 8B on 2 x v6e-16 from 2 to 12 sequences a chip, through XLA's
 limit), ``refused-by-estimate`` (runs the estimate refused with its earlier band and XLA fits),
-``fits-by-estimate`` (the other edge: a run the estimate calls "fits" near the limit) and ``held-out`` (``bench_preflight_grid.py``'s round held out from the current estimate). Results land in the
-compile check's cache; a second run prints at once.
+``fits-by-estimate`` (the other edge: a run the estimate calls "fits" near the limit) and ``held-out``
+(``bench_preflight_grid.py``'s round held out from the current estimate). Results land in the compile check's
+cache; a second run prints at once.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_preflight_grid import HELD_OUT, PRESET, Cell, _job, run_groups  # noqa: E402
+from bench_preflight_grid import HELD_OUT, PRESET, WITHIN, Cell, _job, run_groups  # noqa: E402
 from gke_ray_tpu.core.estimates.memory import estimate_hbm_from_config  # noqa: E402
+from gke_ray_tpu.core.job_spec import JobSpec  # noqa: E402
 from gke_ray_tpu.stack.xla_check import compile_check, request_for_job  # noqa: E402
 
 LEAST_MEMORY = ("--xla_tpu_scheduler_percent_shared_memory_limit=1",)
@@ -53,8 +55,7 @@ GROUPS = {"batch": BATCH, "refused-by-estimate": REFUSED_BY_ESTIMATE, "fits-by-e
           "held-out": HELD_OUT}
 
 
-def _xla(name: str, cell: Cell, flags: tuple[str, ...]) -> tuple[float, str, float]:
-    spec, _ = _job(name, cell)
+def _xla(name: str, spec: JobSpec, flags: tuple[str, ...]) -> tuple[float, str, float]:
     result = compile_check(request_for_job(spec, libtpu_flags=flags), progress=lambda _: None, timeout_s=3 * 3600)
     if result.fits is None:
         raise SystemExit(f"{name}: XLA refused the run: {result.message.strip()[:200]}")
@@ -64,8 +65,8 @@ def _xla(name: str, cell: Cell, flags: tuple[str, ...]) -> tuple[float, str, flo
 def measure(name: str, cell: Cell) -> dict:
     spec, _ = _job(name, cell)
     estimate = estimate_hbm_from_config(spec.maxtext, spec.shape(), spec.slices)
-    default, default_kind, default_s = _xla(name, cell, ())
-    need, need_kind, need_s = _xla(name, cell, LEAST_MEMORY)
+    default, default_kind, default_s = _xla(name, spec, ())
+    need, need_kind, need_s = _xla(name, spec, LEAST_MEMORY)
     return {"name": name, "estimate": estimate.total_per_device_gib, "verdict": estimate.verdict,
             "limit": estimate.usable_gib / estimate.devices_per_chip, "default": default,
             "default_kind": default_kind, "need": need, "need_kind": need_kind, "seconds": (default_s, need_s)}
@@ -84,9 +85,10 @@ def report(group: str, rows: list[dict]) -> None:
     slack = [row["default"] / row["need"] for row in rows]
     own = [row["estimate"] / row["default"] for row in rows]
     least = [row["estimate"] / row["need"] for row in rows]
-    print(f"own / least {min(slack):.3f} to {max(slack):.3f}; estimate within 10% of XLA with its own scheduler: "
-          f"{sum(abs(r - 1) <= 0.10 for r in own)} of {len(rows)} ({min(own):.3f} to {max(own):.3f}), of the "
-          f"least memory: {sum(abs(r - 1) <= 0.10 for r in least)} of {len(rows)} ({min(least):.3f} to {max(least):.3f})")
+    print(f"own / least {min(slack):.3f} to {max(slack):.3f}; estimate within {WITHIN:.0%} of XLA with its own "
+          f"scheduler: {sum(abs(r - 1) <= WITHIN for r in own)} of {len(rows)} ({min(own):.3f} to {max(own):.3f}), "
+          f"of the least memory: {sum(abs(r - 1) <= WITHIN for r in least)} of {len(rows)} "
+          f"({min(least):.3f} to {max(least):.3f})")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ def test_preview_warns_when_the_planned_70b_run_exceeds_hbm(run_stack):
 
 
 def test_preview_says_uncertain_when_the_estimate_is_within_its_error_of_the_limit(run_stack):
-    """70B, bfloat16 weights, batch 1, save_qkv_proj: 35.78 GiB estimated, XLA's figure may be 21.17-52.62 (35.78 / 1.69 to 35.78 / 0.68)."""
+    """70B, bfloat16 weights, batch 1, save_qkv_proj: 35.78 GiB estimated, XLA's figure may be 21.17-52.62
+    (35.78 / 1.69 to 35.78 / 0.68)."""
     overrides = {"weight_dtype": "bfloat16", "per_device_batch_size": 1, "remat_policy": "save_qkv_proj"}
     run = run_stack(plannedPreset="llama3-70b", plannedOverrides=json.dumps(overrides))
     warnings = [m for level, m in run.logs if level == "warning"]

@@ -97,15 +97,14 @@ GIB = 2**30
 
 ESTIMATE_OVER_XLA = (0.68, 1.69)
 """The estimate divided by XLA's peak (or, for a run XLA refuses, by what it says it needs), lowest and
-highest, rounded outwards, over every run compiled to derive or to test the estimate, with XLA's own scheduler
-(no flags; the pods' flags leave the peak alone): 0.687 (Gemma 3 4B on 2 x v5e-16, pdbs 2, 2,048 tokens: 10.84 GiB, where XLA keeps the
-unscanned layers' backward buffers beside the scanned layers' and the logits) to 1.689 (Qwen 3 1.7B on
-2 x v6e-16, all fsdp, pdbs 16: 47.19 estimated, XLA fits it at 27.93). XLA's scheduler keeps buffers live to
-overlap communication while HBM is free and gives them up as a step nears the limit, so the estimate, whose
-terms come from live sets far below the limit, overstates most where the verdict is decided: the tutorial's
-8B is 1.001 at pdbs 4 and 1.448 at pdbs 10 (``bench/bench_xla_need.py``). The 105 runs of
-``bench/bench_estimates.py``, ``bench/bench_preflight_grid.py`` and ``bench/bench_xla_need.py`` (libtpu
-0.0.50.1, MaxText 0.2.5) that bench/README.md lists. A run unlike those may be off by more."""
+highest, rounded outwards, over every run compiled to derive or to test the estimate, with XLA's own
+scheduler (no flags; the pods' flags leave the peak alone): 0.687 (Gemma 3 4B on 2 x v5e-16, pdbs 2, 2,048
+tokens: 10.84 GiB, where XLA keeps the unscanned layers' backward buffers beside the scanned layers' and the
+logits) to 1.689 (Qwen 3 1.7B on 2 x v6e-16, all fsdp, pdbs 16: 47.19 estimated, XLA fits it at 27.93). The
+estimate's terms come from live sets far below the limit, so it overstates most near it, where the verdict
+is decided: the tutorial's 8B is 1.001 at pdbs 4 and 1.448 at pdbs 10 (``bench/bench_xla_need.py``). The 105
+runs of ``bench/bench_estimates.py``, ``bench/bench_preflight_grid.py`` and ``bench/bench_xla_need.py``
+(libtpu 0.0.50.1, MaxText 0.2.5) that bench/README.md lists. A run unlike those may be off by more."""
 
 LOGIT_BYTES = 2 + 2
 """The bfloat16 logits kept for the loss's backward + their bfloat16 gradient. MaxText casts the logits to float32
