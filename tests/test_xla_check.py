@@ -72,6 +72,8 @@ def test_the_tiny_model_compiles_for_two_v6e_16_slices(tiny, dev_run):
     # What XLA says one v6e chip may use: the catalogue's figure is the compiler's.
     assert xla["hbm_limit_gib"] == V6E.xla_hbm_limit_gib
     assert 0 < xla["arguments_gib"] and 0 < xla["peak_hbm_gib"] < xla["hbm_limit_gib"]
+    # XLA's dump, read by storage, holds at its peak what its memory analysis says, to 1 MiB.
+    assert abs(xla["live_set_gib"] - xla["peak_hbm_gib"]) * 1024 < 1
     assert xla["versions"]["libtpu"] == "0.0.50.1"
     # Progress while it ran: the elapsed time and MaxText's phase, every second here, on stderr.
     assert "compile check: local-tiny (default) on 2 x v6e-16: compiling the train step" in err

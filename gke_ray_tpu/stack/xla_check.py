@@ -323,9 +323,11 @@ class XlaResult:
         return "\n".join(lines)
 
     def largest_buffers(self, count: int = 3) -> list[str]:
-        """The few largest buffers live at XLA's peak: their size, shape and the JAX operation that made them."""
+        """The few largest buffers live at XLA's peak: their size, shape and the JAX operation that made them (and
+        the values it was written over, in place)."""
         return [
             f"{buffer['bytes'] / GIB:.2f} GiB {buffer['shape']} {buffer['op'] or buffer['name']}"
+            + (f" (in place of {', '.join(buffer['shares'])})" if buffer.get("shares") else "")
             for buffer in self.outcome.get("peak_buffers", [])[:count]
         ]
 
@@ -356,6 +358,7 @@ class XlaResult:
             },
             "compiled_under": self.compiled_under(),
             "peak_buffers": self.outcome.get("peak_buffers", [])[:10],
+            "live_set_gib": self._gib("live_set_bytes"),
             "versions": self.versions,
             "compile_seconds": self.outcome.get("compile_seconds"),
             "peak_rss_mib": self.outcome.get("peak_rss_mib"),

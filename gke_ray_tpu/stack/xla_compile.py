@@ -11,7 +11,9 @@ and keeps the compiled object MaxText builds, then writes one JSON object:
   device), ``hbm_limit_gib``, the HBM XLA allows one device of that topology, and
   ``peak_buffers``, the largest buffers live at XLA's peak (their shapes and the
   JAX operations that made them, :mod:`gke_ray_tpu.stack.xla_live_set`, from XLA's
-  dump of the train step, which MaxText writes to ``dump_hlo_local_dir``);
+  dump of the train step, which MaxText writes to ``dump_hlo_local_dir``) and
+  ``live_set_bytes``, the bytes in use at that peak as the dump shows them, for a
+  reader to set against ``peak_bytes``;
 - ``status: "oom"``: XLA's ``CompileTimeHbmOom`` (or ``Used X of Y hbm``)
   message, with what it says is needed and what is available;
 - ``status: "error"``: MaxText or XLA refused the run for another reason.
@@ -30,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gke_ray_tpu.stack.xla_live_set import peak_buffers
+from gke_ray_tpu.stack.xla_live_set import live_set_at_peak
 
 PEAK_BUFFERS_KEPT = 400
 """Buffers at XLA's peak kept with the verdict, largest first, those of 1 MiB or more: enough to itemise the peak
@@ -134,7 +136,8 @@ def compile_run(maxtext_argv: list[str], compile_topology: str, num_slices: int)
                 return {"status": "oom", "needed_gib": found[0], "available_gib": found[1], "message": message}
             return {"status": "error", "message": f"{type(error).__name__}: {message}"}
         stats = compiled[-1].memory_analysis()
-        peak = [buffer.to_json() for buffer in peak_buffers(dump, top=PEAK_BUFFERS_KEPT)
+        live = live_set_at_peak(dump)
+        peak = [buffer.to_json() for buffer in (live.buffers if live else [])[:PEAK_BUFFERS_KEPT]
                 if buffer.bytes >= PEAK_BUFFER_MIN_BYTES]
     return {
         "status": "compiled",
@@ -146,6 +149,7 @@ def compile_run(maxtext_argv: list[str], compile_topology: str, num_slices: int)
         "generated_code_bytes": stats.generated_code_size_in_bytes,
         "hbm_limit_gib": hbm_limit_gib(compile_topology, num_slices),
         "peak_buffers": peak,
+        "live_set_bytes": live.bytes if live else None,
     }
 
 
