@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gke_ray_tpu.core.estimates.memory import OUTPUT_HEAD, estimate_hbm_from_config  # noqa: E402
-from gke_ray_tpu.core.job_spec import DATA_MOUNT, build_job  # noqa: E402
+from gke_ray_tpu.core.job_spec import DATA_MOUNT, JobSpec, build_job  # noqa: E402
 from gke_ray_tpu.core.presets import get_preset  # noqa: E402
 from gke_ray_tpu.stack.xla_check import compile_check, request_for_job  # noqa: E402
 
@@ -105,12 +105,15 @@ WITHIN = 0.10
 """The goal for the held-out runs: the estimate within 10% of XLA's figure."""
 
 
-def measure(name: str) -> tuple[str, float, float, str, float, float, str]:
+def job(name: str) -> JobSpec:
+    """The configuration as the submit command builds it."""
     preset, generation, topology, overrides = ALL[name]
-    spec = build_job(
-        get_preset(preset), base_output_directory=DATA_MOUNT + "/", run_name=name, slices=SLICES,
-        overrides=overrides, generation=generation, topology=topology,
-    )
+    return build_job(get_preset(preset), base_output_directory=DATA_MOUNT + "/", run_name=name, slices=SLICES,
+                     overrides=overrides, generation=generation, topology=topology)
+
+
+def measure(name: str) -> tuple[str, float, float, str, float, float, str]:
+    spec = job(name)
     estimate = estimate_hbm_from_config(spec.maxtext, spec.shape(), SLICES)
     result = compile_check(request_for_job(spec, libtpu_flags=()))
     kind = "peak" if result.fits else "needed" if result.fits is False else "error"

@@ -270,10 +270,16 @@ def measure(name: str, cell: Cell) -> dict:
             "agree": cheap.startswith("refused") == (result.fits is None)}
 
 
+def print_table_head(title: str, columns: list[str]) -> None:
+    """A group's title line and the head of its markdown table."""
+    print(f"\n{title}:")
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+
+
 def report(group: str, rows: list[dict]) -> None:
-    print(f"\n{group}:")
-    print("| model / mesh (2 slices) | cheap verdict | XLA's verdict | estimate | XLA GiB | estimate / XLA | compile s |")
-    print("|---|---|---|---|---|---|---|")
+    print_table_head(group, ["model / mesh (2 slices)", "cheap verdict", "XLA's verdict", "estimate", "XLA GiB",
+                             "estimate / XLA", "compile s"])
     for row in rows:
         estimate = "-" if row["estimate"] is None else f"{row['estimate']:.2f}"
         peak = "-" if row["peak"] is None else f"{row['peak']:.2f} {row['kind']}"

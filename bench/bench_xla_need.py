@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_preflight_grid import HELD_OUT, PRESET, WITHIN, Cell, _job, run_groups  # noqa: E402
+from bench_preflight_grid import HELD_OUT, PRESET, WITHIN, Cell, _job, print_table_head, run_groups  # noqa: E402
 from gke_ray_tpu.core.estimates.memory import estimate_hbm_from_config  # noqa: E402
 from gke_ray_tpu.core.job_spec import JobSpec  # noqa: E402
 from gke_ray_tpu.stack.xla_check import compile_check, request_for_job  # noqa: E402
@@ -73,10 +73,8 @@ def measure(name: str, cell: Cell) -> dict:
 
 
 def report(group: str, rows: list[dict]) -> None:
-    print(f"\n{group}:")
-    print("| run (2 slices) | estimate | its verdict | limit | XLA, own scheduler | XLA, least memory | "
-          "own / least | estimate / own | estimate / least | compile s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print_table_head(group, ["run (2 slices)", "estimate", "its verdict", "limit", "XLA, own scheduler",
+                             "XLA, least memory", "own / least", "estimate / own", "estimate / least", "compile s"])
     for row in rows:
         print(f"| {row['name']} | {row['estimate']:.2f} | {row['verdict']} | {row['limit']:.2f} "
               f"| {row['default']:.2f} {row['default_kind']} | {row['need']:.2f} {row['need_kind']} "

@@ -72,6 +72,18 @@ within the limit, "does NOT fit" only when even the lowest exceeds it, and
 otherwise "uncertain": the compile check (``python -m gke_ray_tpu.stack.preview
 --section training --compile``) gives XLA's own answer.
 
+Evidence
+--------
+The buffers the terms' docstrings cite were read, until the compile check read live sets by storage
+(:mod:`gke_ray_tpu.stack.xla_live_set`), from XLA's own list of what is live "at the peak", which is another
+step than the peak and counts a value written over another twice. Read at the peak
+(``bench/bench_live_sets.py``), XLA holds one of two sets: at the output head, before any layer's gradient
+exists, or in the first layer's backward, with the layers' gradients, the forward's logits and that layer's
+recompute. The terms below count the gradients, two logits buffers (one on v5e) and the larger of the head's
+and one layer's working set in every run, so their items are not XLA's even where their sum is (the
+tutorial's 8B: 21.86 against 21.84, with one logits buffer at XLA's peak); bench/README.md ("What XLA holds
+at its peak") says which citations hold at the peak.
+
 Not modelled (rejected with a ConfigError by ``estimate_hbm_from_config``):
 host offload of parameters/optimizer state, gradient accumulation,
 pipeline/sequence/context/expert parallelism, ZeRO-1 over data, vocab tiling,
@@ -109,10 +121,12 @@ runs of ``bench/bench_estimates.py``, ``bench/bench_preflight_grid.py`` and ``be
 LOGIT_BYTES = 2 + 2
 """The bfloat16 logits kept for the loss's backward + their bfloat16 gradient. MaxText casts the logits to float32
 (``cast_logits_to_fp32``), but XLA fuses that cast and the softmax into the loss's reductions and into the
-gradient's producer, so no float32 copy is a buffer: in XLA's live set at the peak (``--xla_dump_to``'s
+gradient's producer, so no float32 copy is a buffer: in XLA's list of what is live at its peak (``--xla_dump_to``'s
 ``*-live-range.txt``) of Llama 3 8B, Qwen 3 0.6B, Gemma 2 9B, Gemma 3 4B (tensor 4) and OLMo 3 7B (tensor 2) the
 two largest buffers are ``bf16[batch, length, vocab/tensor]``, from the forward ``dot_general`` and the backward
-``convert_element_type`` (or ``div``, soft-capped)."""
+``convert_element_type`` (or ``div``, soft-capped). At the peak itself Qwen 3 0.6B and Gemma 2 9B hold both, at
+the output head; the 8B and OLMo 3 7B the forward's alone, in the first layer's backward; Gemma 3 4B none, in its
+unscanned layers' backward."""
 
 FORWARD_LOGIT_BYTES = 2
 """The bfloat16 logits of the forward, alone: where XLA keeps no gradient beside them (:data:`FORWARD_LOGITS_ONLY`)."""
@@ -123,7 +137,8 @@ and keeps it into the layers' backward: there the head's transient is those logi
 other buffers and one layer's recomputed tensors with their gradients. The same program (Qwen 3 0.6B, 2 slices,
 fsdp 4 x tensor 4, pdbs 8, 2,048 tokens) peaks at 11.56 GiB on 2 x v6e-16 with two ``bf16[32,2048,37984]``
 buffers (the forward's and the backward ``convert_element_type``'s) and at 7.45 GiB on 2 x v5e-16 with one, far
-below v5e's 15.75 GiB limit, so the compiler's choice, not memory pressure; at 4,096 tokens 22.37 against 14.50.
+below v5e's 15.75 GiB limit, so the compiler's choice, not memory pressure (at the peak itself too); at 4,096
+tokens 22.37 against 14.50.
 Every v5e compile read holds the forward's buffer alone: Qwen 3 0.6B and 1.7B and Gemma 2 2B beside the first
 recomputed layer's ``[tokens, d_model]`` and ``[tokens, mlp/tensor]`` buffers, Qwen 2.5 1.5B (fsdp 16) beside
 two of the head's weight gradient, ``bf16[151936,1536]``."""
@@ -132,19 +147,21 @@ two of the head's weight gradient, ``bf16[151936,1536]``."""
 # and beside them in others: one bf16[8,2048,256128] for Gemma 2B on 2 x v6e-16 (fsdp 16, pdbs 8), one
 # bf16[4,2048,151936] for Qwen 2.5 1.5B on 2 x v5e-16 (fsdp 16), one bf16[2,4096,100278] for OLMo 3 7B on
 # 2 x v6e-16 (fsdp 16); two (the forward dot_general and the backward div) for Gemma 2B on 2 x v5p-16 (fsdp 8,
-# pdbs 4) and Gemma 2 2B on 2 x v6e-16 (fsdp 16, 8,192 tokens). The estimate counts two (LOGIT_BYTES) either
-# way: the count that does not understate.
+# pdbs 4) and Gemma 2 2B on 2 x v6e-16 (fsdp 16, 8,192 tokens), in XLA's lists (Gemma 2B on v6e at its peak
+# itself: the forward's alone). The estimate counts two (LOGIT_BYTES) either way: the count that does not
+# understate.
 
 HEAD_WEIGHT_COPIES = 1
 """The output head's weight (the token embedding, tied, or ``logits_dense``) gathered over fsdp in bfloat16,
 split over tensor, beside the logits: ``bf16[4096,32064]`` for Llama 3 8B, ``bf16[65536,2560]`` for Gemma 3 4B,
 ``bf16[256128,2048]`` for Gemma 2B on fsdp 16, ``bf16[4096,50139]`` for OLMo 3 7B on tensor 2 (Gemma 2 9B holds its
-gradient too)."""
+gradient too), in XLA's list. At the peak the 8B holds the weight's gradient alone, Gemma 3 4B and Gemma 2 9B the
+gathered weight and its gradient, OLMo 3 7B neither."""
 
 HEAD_INPUT_COPIES = 3
 """``[tokens, d_model]`` bfloat16 buffers beside the logits, whole over tensor (the head's matmul
-contracts over ``embed``): two gathered copies of the head's input and its gradient (the 8B's live set
-at the peak: two ``all-gather`` results and a backward ``dot_general``, 512 MiB each)."""
+contracts over ``embed``): two gathered copies of the head's input and its gradient (the 8B's, 512 MiB each, in
+XLA's list at a step before the layers' backward; at its peak three such gathers are the first layer's recompute's)."""
 
 LAYER_BACKWARD_COPIES = 2
 """Each recomputed intermediate of the layer in its backward, and the gradient flowing back through it."""
@@ -169,11 +186,13 @@ _MINIMAL = _QKV + ("out_proj", "mlpwi_0", "mlpwi_1", "mlpwi", "mlpwo")
 RECOMPUTED = _MINIMAL + ("context", "query_rope", "key_rope")
 """What the backward of a remat unit of several layers keeps of each layer it is not going back through: the
 outputs of the layer's weight matmuls (the names ``minimal`` saves) and the attention's query and key after RoPE
-and its context, in the heads' layout the attention kernel takes. XLA's live sets at the peak (2 x v6e-16 or
-v5p-16, ``bench/bench_preflight_grid.py --group in-sample``): Gemma 2 9B (two layers a unit) holds 1.03 GiB of
-the scanned backward's buffers beside the logits where Llama 3 8B (one) holds 0.35; OLMo 3 7B (four a unit)
+and its context, in the heads' layout the attention kernel takes. XLA's lists of what is live at its peak (2 x
+v6e-16 or v5p-16, ``bench/bench_preflight_grid.py --group in-sample``): Gemma 2 9B (two layers a unit) holds 1.03
+GiB of the scanned backward's buffers beside the logits where Llama 3 8B (one) holds 0.35; OLMo 3 7B (four a unit)
 6.43 GiB: nine ``bf16[8,4096,5504]`` MLP inputs, twelve ``bf16[8,16,4096,128]`` queries, keys and contexts, nine
-``[8,4096,2048]``; Gemma 3 4B's unscanned remainder (four layers), 3.55 GiB of its checkpointed recompute."""
+``[8,4096,2048]``; Gemma 3 4B's unscanned remainder (four layers), 3.55 GiB of its checkpointed recompute. At the
+peak itself Gemma 2 9B holds the same 1.03 GiB, the 8B 3.50 (its peak is in the first layer's backward) and OLMo
+3 7B 8.39 (fourteen, twelve and fifteen)."""
 _ONLY_WITHOUT_REMAT = (
     "pre_attention_norm",
     "query_rope",
@@ -233,10 +252,10 @@ def kept_by_backward(layer: Layer, saves: Sequence[str]) -> tuple[str, ...]:
     operations whose backward needs no value of them:
 
     - ``mlpwo``, the MLP's output, where only the residual add takes it (a norm reads it only in Gemma 2, 3 and
-      4 and OLMo 3: :attr:`Layer.mlp_output_normed`). XLA's live sets at the peak of Llama 3 8B under ``minimal``
-      (2 x v6e-16, pdbs 2) and Llama 3.1 8B under ``save_dot_except_mlpwi`` (pdbs 1, 8,192 tokens) hold two
-      stacked ``bf16[32, batch, length, 1024]`` buffers, the layers' inputs and ``out_proj``, where the policy
-      names three.
+      4 and OLMo 3: :attr:`Layer.mlp_output_normed`). XLA's lists of what is live at its peak of Llama 3 8B
+      under ``minimal`` (2 x v6e-16, pdbs 2) and Llama 3.1 8B under ``save_dot_except_mlpwi`` (pdbs 1, 8,192
+      tokens) hold two stacked ``bf16[32, batch, length, 1024]`` buffers, the layers' inputs and ``out_proj``,
+      where the policy names three (the 8B's peak itself too).
     - GPT-3's fused ``qkv_proj``, where the query, key and value split from it are kept: only the split reads
       it. GPT-3 6B under ``save_dot_except_mlp`` (2 x v5p-16, pdbs 4) holds stacked queries, keys and values
       (``bf16[48,16,1024,3,256]`` each) and no stacked ``[..., 2304]`` projection.
@@ -314,15 +333,16 @@ PER_LAYER_REMAT = ("gemma4",)
 """Decoder blocks whose scanned step rematerialises each of its layers (``Gemma4ScannableBlock``'s
 ``apply_internal_remat``), not the step as one."""
 LAYER_WEIGHTS_HELD = 1
-"""bfloat16 copies of all the layers' weights (per chip, as sharded) live through the train step, at its peak
-too: XLA casts the stacked float32 weights to bfloat16, or lays bfloat16 ones out as the layer loop reads them,
-once, outside the loop. XLA's live sets at the peak hold ``copy`` buffers whose op is the weight's path in the
-train state (``state['model']['decoder']['layers']['mlp']['wo']['kernel']``), one per stacked weight:
-Llama 3 8B (v6e, pdbs 2 and 4, any remat policy; v5p; tpu7x) 0.80 GiB against 0.81 GiB of layer weights in
-bfloat16 per chip, Llama 3 70B (bfloat16 weights, pdbs 1) 4.1 against 3.98, OLMo 3 32B on v5p 6.88 against
-7.51, GPT-3 22B 2.53 against 2.57. Gemma 4 31B's backward holds as much again under its inner scan (2.79 GiB of
-``bf16[5,1344,5376]`` transposed weight copies against 3.41). Not every compile hoists the whole stack: Gemma 2's
-hold only their attention weights' copies (27B on v5p: 0.51 of 6.0 GiB), where the term overstates."""
+"""bfloat16 copies of all the layers' weights (per chip, as sharded) live through the train step: XLA casts the
+stacked float32 weights to bfloat16, or lays bfloat16 ones out as the layer loop reads them, once, outside the
+loop. XLA's lists of what is live at its peak hold ``copy`` buffers whose op is the weight's path in the train
+state (``state['model']['decoder']['layers']['mlp']['wo']['kernel']``), one per stacked weight: Llama 3 8B (v6e,
+pdbs 2 and 4, any remat policy; v5p; tpu7x) 0.80 GiB against 0.81 GiB of layer weights in bfloat16 per chip
+(0.75-0.80 at the peak itself), Llama 3 70B (bfloat16 weights, pdbs 1) 4.1 against 3.98 in XLA's list (1.80 at its
+peak, in the layers' backward), OLMo 3 32B on v5p 6.88 against 7.51, GPT-3 22B 2.53 against 2.57. Gemma 4 31B's
+backward holds as much again under its inner scan (2.79 GiB of ``bf16[5,1344,5376]`` transposed weight copies
+against 3.41). Not every compile hoists the whole stack: Gemma 2's hold only their attention weights' copies (27B
+on v5p: 0.51 of 6.0 GiB), where the term overstates."""
 
 
 @dataclass(frozen=True)
