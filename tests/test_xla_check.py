@@ -409,6 +409,16 @@ def results_of(*outcomes) -> xla_check.SliceCountResults:
     )
 
 
+def test_the_largest_buffers_name_what_a_buffer_was_written_over():
+    buffers = [{"name": "multiply_convert_fusion", "bytes": 8 * 2**30, "shape": "bf16[32,4096,32064]",
+                "op": "jit(train_step)/transpose(jvp())/convert_element_type", "shares": ["fusion.287"]},
+               {"name": "while.56{2}", "bytes": 2**32, "shape": "bf16[32,16,4096,1024]", "op": "", "shares": []}]
+    result = results_of({**COMPILED, "peak_buffers": buffers}).worst
+    assert result.largest_buffers() == [
+        "8.00 GiB bf16[32,4096,32064] jit(train_step)/transpose(jvp())/convert_element_type (in place of fusion.287)",
+        "4.00 GiB bf16[32,16,4096,1024] while.56{2}"]
+
+
 def test_the_worst_count_is_out_of_hbm_then_refused_then_the_smallest_margin():
     tight = {**COMPILED, "peak_bytes": 30 * 2**30}
     assert results_of(COMPILED, tight).worst.outcome is tight
