@@ -84,11 +84,12 @@ def measure(name: str, cell) -> dict:
     tensor = int(spec.maxtext.get("ici_tensor_parallelism", 1))
     layer_counts = {block.repeats for block in model.blocks}
     vocabularies = {model.vocab_size, model.vocab_size // tensor}
+    gradient_dtype = "f32" if estimate.weight_dtype == "float32" else "bf16"
+    length = int(spec.maxtext.get("max_target_length", 0))
     items = dict.fromkeys(ITEMS, 0)
     logits = []
     for buffer in outcome["peak_buffers"]:
-        item = _item(buffer, layer_counts, vocabularies, "f32" if estimate.weight_dtype == "float32" else "bf16",
-                     int(spec.maxtext.get("max_target_length", 0)))
+        item = _item(buffer, layer_counts, vocabularies, gradient_dtype, length)
         items[item] += buffer["bytes"]
         if item == "logits":
             logits.append(buffer["bytes"])
