@@ -195,6 +195,29 @@ def test_the_digest_follows_the_program_not_where_the_run_writes(monkeypatch):
     assert env["LIBTPU_INIT_ARGS"].split() == list(POD_FLAGS) and "XLA_FLAGS" not in env
 
 
+def test_the_digest_follows_the_childs_code_not_its_docstrings_or_comments(monkeypatch, tmp_path):
+    """A compile takes minutes: an edited docstring or comment in the child keeps every cached verdict, a changed
+    statement does not."""
+    base = tiny_request().digest()
+    source = xla_check.CHILD_SOURCES[1].read_text()
+    edits = {
+        "docstring": source.replace('"""', '"""Edited. ', 1),
+        "comment": source + "\n# an added comment\n",
+        "attribute docstring": source + '\nLIMIT = 1\n"""Added."""\n',
+        "code": source + "\nLIMIT = 1\n",
+    }
+    digests = {}
+    for name, text in edits.items():
+        edited = tmp_path / name.replace(" ", "_") / "xla_live_set.py"
+        edited.parent.mkdir()
+        edited.write_text(text)
+        monkeypatch.setattr(xla_check, "CHILD_SOURCES", (xla_check.CHILD_SOURCES[0], edited))
+        digests[name] = tiny_request().digest()
+    assert digests["docstring"] == base and digests["comment"] == base
+    assert digests["code"] != base
+    assert digests["attribute docstring"] == digests["code"]
+
+
 def test_the_digest_follows_the_configs_contents_not_where_they_sit(monkeypatch, tmp_path):
     """Another clone, or MaxText installed elsewhere, reads the same YAML: the same program, the same verdict."""
     base = tiny_request().digest()

@@ -23,6 +23,7 @@ MaxText or XLA refused for another reason compiles again next time.
 
 from __future__ import annotations
 
+import ast
 import concurrent.futures
 import dataclasses
 import hashlib
@@ -47,6 +48,23 @@ from gke_ray_tpu.core.tpu_catalogue import SliceShape
 CHILD = Path(__file__).with_name("xla_compile.py")
 CHILD_SOURCES = (CHILD, Path(__file__).with_name("xla_live_set.py"))
 """The child's code: what it writes into a verdict (a cached entry is only as good as the code that made it)."""
+
+
+def code_fingerprint(source: str) -> str:
+    """sha256 of a module's code without its docstrings and comments: an edit to either leaves every cached verdict
+    good (each compile takes minutes), any change to what runs makes them new."""
+    tree = ast.parse(source)  # comments are not in the tree
+    for node in ast.walk(tree):
+        for field_name in ("body", "orelse", "finalbody"):
+            statements = getattr(node, field_name, None)
+            if isinstance(statements, list):
+                # A bare string statement is a docstring (of a module, class, function or attribute): it never runs.
+                kept = [s for s in statements
+                        if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str))]
+                setattr(node, field_name, kept or [ast.Pass()])
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+
+
 GIB = 2**30
 
 CACHE_DIR_ENV = "GKE_RAY_TPU_CACHE_DIR"
@@ -176,7 +194,7 @@ class CompileRequest:
             "num_slices": self.num_slices,
             "libtpu_flags": list(self.libtpu_flags),
             "env": {name: os.environ.get(name) for name in PROGRAM_ENV},
-            "child": hashlib.sha256(b"".join(path.read_bytes() for path in CHILD_SOURCES)).hexdigest(),
+            "child": [code_fingerprint(path.read_text()) for path in CHILD_SOURCES],
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
