@@ -124,8 +124,8 @@ def test_preview_prints_each_runs_estimates(dev_run):
         ([{"name": "r" * 48}], "gke-ray-tpu:runs[0].name", "a RayJob name: a DNS-1035 label of 1-47"),
         ([{"name": "r", "overrides": {"steps": 0}}], "gke-ray-tpu:runs[0].overrides.steps", "an integer >= 1"),
         ([{"name": "r", "overrides": {"run_name": "x"}}], "gke-ray-tpu:runs[0].overrides.run_name", "unset"),
-        # A chosen run that does not fit the chips fails preview (the tutorial's 70B as written: 53.88 GiB).
-        ([{"name": "big", "preset": "llama3-70b"}], "gke-ray-tpu:runs[0]", "a run that fits the chips: estimated 53.88"),
+        # A chosen run that does not fit the chips fails preview (the tutorial's 70B as written: 53.09 GiB).
+        ([{"name": "big", "preset": "llama3-70b"}], "gke-ray-tpu:runs[0]", "a run that fits the chips: estimated 53.09"),
     ],
 )
 def test_a_bad_run_fails_before_anything_is_registered(dev_config, runs, key, expected):

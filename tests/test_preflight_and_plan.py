@@ -32,24 +32,24 @@ def test_preview_warns_when_the_planned_70b_run_exceeds_hbm(run_stack):
     run = run_stack(plannedPreset="llama3-70b")
     warnings = [m for level, m in run.logs if level == "warning"]
     assert warnings == [
-        "estimated 53.88 GiB per chip exceeds the usable 31.24 GiB of a v6e chip: expect out-of-memory at compile time"
+        "estimated 53.09 GiB per chip exceeds the usable 31.24 GiB of a v6e chip: expect out-of-memory at compile time"
     ]
     assert run.resources  # an estimate warns; it does not block
 
 
 def test_preview_says_uncertain_when_the_estimate_is_within_its_error_of_the_limit(run_stack):
-    """70B, bfloat16 weights, batch 1, save_qkv_proj: 35.78 GiB estimated, XLA's figure may be 21.17-52.62
-    (35.78 / 1.69 to 35.78 / 0.68)."""
+    """70B, bfloat16 weights, batch 1, save_qkv_proj: 34.98 GiB estimated, XLA's figure may be 20.70-51.45
+    (34.98 / 1.69 to 34.98 / 0.68)."""
     overrides = {"weight_dtype": "bfloat16", "per_device_batch_size": 1, "remat_policy": "save_qkv_proj"}
     run = run_stack(plannedPreset="llama3-70b", plannedOverrides=json.dumps(overrides))
     warnings = [m for level, m in run.logs if level == "warning"]
     assert warnings == [
-        "estimated 35.78 GiB per chip is within the estimate's error of XLA's 31.24 GiB limit on a v6e chip: "
+        "estimated 34.98 GiB per chip is within the estimate's error of XLA's 31.24 GiB limit on a v6e chip: "
         "uncertain, run the compile check (python -m gke_ray_tpu.stack.preview --section training --compile; for declared "
         "runs gke-ray-tpu:compileCheck true)"
     ]
     [info] = [m for level, m in run.logs if level == "info" and "HBM per chip" in m and not m.startswith("Declared")]
-    assert "verdict: uncertain: run the compile check (margin -4.54 GiB; XLA's peak likely 21.17-52.62 GiB)" in info
+    assert "verdict: uncertain: run the compile check (margin -3.74 GiB; XLA's peak likely 20.70-51.45 GiB)" in info
 
 
 def test_preview_fails_on_a_planned_run_that_splits_a_kv_head(dev_config):
