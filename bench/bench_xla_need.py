@@ -13,8 +13,8 @@ the scheduler finds). The first is XLA's verdict; the second shows how much of i
 
 Groups: ``batch`` (the tutorial's Llama 3 8B on 2 x v6e-16 from 2 to 12 sequences a chip, through XLA's
 limit), ``refused-by-estimate`` (runs the estimate refused with its earlier band and XLA fits),
-``fits-by-estimate`` (the other edge: a run the estimate calls "fits" near the limit) and ``held-out``
-(``bench_preflight_grid.py``'s round held out from the current estimate). Results land in the compile check's
+``fits-by-estimate`` (the other edge: a run the estimate calls "fits" near the limit) and ``held-out-35d9fab``
+(``bench_preflight_grid.py``'s round held out from 35d9fab's estimate). Results land in the compile check's
 cache; a second run prints at once.
 """
 
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_preflight_grid import HELD_OUT, PRESET, WITHIN, Cell, _job, print_table_head, run_groups  # noqa: E402
+from bench_preflight_grid import HELD_OUT_35D9FAB, PRESET, WITHIN, Cell, _job, print_table_head, run_groups  # noqa: E402
 from gke_ray_tpu.core.estimates.memory import estimate_hbm_from_config  # noqa: E402
 from gke_ray_tpu.core.job_spec import JobSpec  # noqa: E402
 from gke_ray_tpu.stack.xla_check import compile_check, request_for_job  # noqa: E402
@@ -47,12 +47,12 @@ REFUSED_BY_ESTIMATE: dict[str, Cell] = {
 }
 FITS_BY_ESTIMATE: dict[str, Cell] = {
     # The run the estimate calls "fits" nearest the limit for the model it understates most (Gemma 3 4B on v5e:
-    # 0.687 in the held-out round); one more sequence a chip is "uncertain".
+    # 0.687 in the held-out-35d9fab round); one more sequence a chip is "uncertain".
     "gemma3-4b/v5e pdbs 4 seq 2048": ("v5e", "4x4", {**PRESET, "model_name": "gemma3-4b", "per_device_batch_size": 4,
                                                      "max_target_length": 2048}, 2),
 }
 GROUPS = {"batch": BATCH, "refused-by-estimate": REFUSED_BY_ESTIMATE, "fits-by-estimate": FITS_BY_ESTIMATE,
-          "held-out": HELD_OUT}
+          "held-out-35d9fab": HELD_OUT_35D9FAB}
 
 
 def _xla(name: str, spec: JobSpec, flags: tuple[str, ...]) -> tuple[float, str, float]:
