@@ -52,7 +52,7 @@ Components
    other layer of the unit while it goes back through one (:data:`RECOMPUTED`);
    and (b) one decoder layer during its backward recompute: every tensor of the
    ``none`` policy for one layer and its gradient (:data:`LAYER_BACKWARD_COPIES`),
-   the other layers of its unit as in (a), plus that layer's weights in
+   the other layers of its unit as in (a), plus the unit's weights in
    bfloat16 gathered over fsdp (:data:`LAYER_WEIGHT_COPIES`). Both happen while all saved
    activations and the whole optimizer state are live, and beside a bfloat16
    copy of all the layers' weights (:data:`LAYER_WEIGHTS_HELD`), so the peak is
@@ -166,13 +166,15 @@ LAYER_BACKWARD_COPIES = 2
 """Each recomputed intermediate of the layer in its backward, and the gradient flowing back through it."""
 
 LAYER_WEIGHT_COPIES = 1
-"""One layer's weights in bfloat16, gathered over fsdp and split over tensor, beside its backward. At XLA's peak
-(read by storage) the bfloat16 buffers shaped as one layer's weights (``bf16[1,3072,12288]`` and the rest of
-GPT-3 6B's layer on 2 x v5e-16, fsdp 16) sum to between none and 1.5 layers' worth in the 25 compiles read
-(2026-12-05): 1.12 for that GPT-3, 1.00 for Qwen 3 8B (v5p, fsdp 8) and Gemma 7B, 1.14 for Llama 3 8B on v5p, 1.48
-for Qwen 3 8B at 8,192 tokens, 0.84 for the bfloat16 70B, 0.48 for Llama 3 8B on v6e, 0.34 for Llama 2 13B at 95%
-of v5e's limit. The term counted three (the current layer, the next one prefetched and the weight gradient), which
-no live set at the peak holds."""
+"""Copies of the remat unit's weights in bfloat16, gathered over fsdp and split over tensor, beside the backward of
+one of its layers: the unit's backward recomputes its forward, which reads every layer of the unit. At XLA's peak
+(read by storage, 2026-12-05) the bfloat16 buffers shaped as a layer's weights outside the train state add up to
+0 to 1.86 times the unit's weights in the 32 compiles read, about once in most: GPT-3 6B with its slice all on
+fsdp on v5e (``bf16[1,3072,12288]`` and the rest of one layer) 1.12, Qwen 3 8B on v5p 1.00, the bfloat16 70B on
+v6e 0.84, Gemma 2 9B (two layers a unit) 1.00 on v6e and 1.76 on v5p, OLMo 3 32B with fsdp 16 (four a unit: 24
+``bf16[1,5120,27648]`` MLP weights) 1.86, OLMo 3 7B on v5p 0.66, Llama 3 8B on v6e 0.48, Gemma 3 4B on v5e 0.12.
+The term counted three of one layer (the current one, the next prefetched and the weight gradient), which no live
+set at the peak holds; where a unit is one layer it is now that layer's weights once."""
 
 OUTPUT_HEAD = "output head (logits)"
 """The transient's kind when the output head's is the larger."""
@@ -560,13 +562,13 @@ class _Activations:
             + HEAD_WEIGHT_COPIES * m.vocab_size / (tp if vocab_split else 1) * m.d_model * act_bytes
             + self.recompute(units[-1])
         )
-        # Each layer's backward and its unit's recompute, computed once for both terms below.
+        # Each layer's backward, its unit's recompute and its unit's weights, computed once for both terms below.
         layers = []
         for unit in units:
             recompute = self.recompute(unit)
-            layers += [(self.backward(one), recompute, one) for one in unit.layers]
-        layer = max(backward + recompute + LAYER_WEIGHT_COPIES * _layer_params(one, m.d_model) / tp * act_bytes
-                    for backward, recompute, one in layers)
+            weights = sum(_layer_params(one, m.d_model) for one in unit.layers) / tp * act_bytes
+            layers += [(self.backward(one), recompute, weights) for one in unit.layers]
+        layer = max(backward + recompute + LAYER_WEIGHT_COPIES * weights for backward, recompute, weights in layers)
         if generation in FORWARD_LOGITS_ONLY:
             head = logits * FORWARD_LOGIT_BYTES + max(beside_logits, max(backward for backward, _, _ in layers))
         else:
