@@ -225,7 +225,8 @@ HELD_OUT_35D9FAB: dict[str, Cell] = {
     "qwen3-4b/tpu7x pdbs 2": ("tpu7x", "2x2x2", {"model_name": "qwen3-4b", "per_device_batch_size": 2}, 2),
 }
 HELD_OUT: dict[str, Cell] = {
-    # Picked after 12b0cde (the estimate's last change) and compiled after it; used for nothing. Every family,
+    # Picked after 12b0cde and compiled after it; a39fcae (a remat unit's weights, read from OLMo 3 32B's live set)
+    # was committed while it compiled, before any of its results were read; used for nothing. Every family,
     # v5e, v5p, v6e and tpu7x, 2,048 to 8,192 tokens, float32 and bfloat16 weights, five remat policies, five
     # runs with the slice all on fsdp; none of these configurations was compiled before.
     "llama3.1-8b/v5e fsdp 16 pdbs 2 seq 2048 save_qkv_proj": ("v5e", "4x4", {**FSDP16, "model_name": "llama3.1-8b",
