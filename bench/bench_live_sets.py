@@ -12,7 +12,8 @@ made them:
 - stacked gradients: other buffers in the gradients' dtype whose first dimension is a scanned block's layer
   count and none the sequence length (the layers' weight gradients as the backward loop accumulates them;
   Gemma 4's inner scan also stacks transposed weight copies);
-- logits: ``[batch, length, vocabulary]`` buffers, the vocabulary whole or split over tensor;
+- logits: ``[batch, length, vocabulary]`` buffers, the vocabulary whole or split over tensor, or ``[tokens,
+  vocabulary]`` ones made by the forward's matmul or the backward's cast or division;
 - the rest: the working set of whatever runs at that step.
 
 ``dump / XLA`` is the live set's bytes over the memory analysis' peak: the reader is right when it is 1.000.
@@ -68,11 +69,19 @@ def _item(buffer: dict, layer_counts: set[int], vocabularies: set[int], gradient
         return "train state" if buffer["name"].startswith("param") else "weight copies"
     if op.endswith("jvp()/while"):
         return "saved layer inputs"
-    if len(dims) == 3 and dims[2] in vocabularies:
+    if len(dims) == 3 and dims[2] in vocabularies or len(dims) == 2 and dims[1] in vocabularies and _logits_op(op):
         return "logits"
     if len(dims) >= 2 and dims[0] in layer_counts and shape.startswith(gradient_dtype + "[") and length not in dims:
         return "stacked gradients"
     return "the rest"
+
+
+def _logits_op(op: str) -> bool:
+    """A [tokens, vocabulary] buffer (the batch and the length as one dimension) is logits when the forward's matmul
+    made it, or the backward's op that writes their gradient (a cast, or a division where the head is soft-capped);
+    the head weight's gradient, of the same shape where d_model is the length, is the backward's matmul."""
+    forward = op.endswith("jvp()/dot_general") and "transpose(" not in op
+    return forward or ("transpose(jvp())/" in op and not op.endswith("dot_general"))
 
 
 def measure(name: str, cell) -> dict:
