@@ -35,6 +35,7 @@ V6E_4X4 = slice_shape("v6e", "4x4")
 TOL = 1e-3  # GiB
 
 MESH_8B = {"ici_fsdp_parallelism": 4, "ici_tensor_parallelism": 4}  # dcn_data -1 -> 2
+FSDP16 = {"ici_fsdp_parallelism": 16, "ici_tensor_parallelism": 1}  # the whole slice on fsdp
 MESH_70B = {
     "ici_tensor_parallelism": 4,
     "ici_fsdp_parallelism": 4,
@@ -168,8 +169,7 @@ def test_70b_bf16_weights_at_tutorial_batch_is_too_close_to_call():
 
 
 @pytest.mark.parametrize("overrides, xla_peak", [
-    ({"model_name": "qwen3-1.7b", "ici_fsdp_parallelism": 16, "ici_tensor_parallelism": 1, "per_device_batch_size": 16},
-     27.93),
+    ({**FSDP16, "model_name": "qwen3-1.7b", "per_device_batch_size": 16}, 27.93),
     ({**MESH_8B, "model_name": "gemma2-2b", "per_device_batch_size": 10}, 29.35),
 ])
 def test_a_run_xla_fits_is_not_called_does_not_fit(overrides, xla_peak):
@@ -179,9 +179,6 @@ def test_a_run_xla_fits_is_not_called_does_not_fit(overrides, xla_peak):
     b = estimate_hbm_from_config({"max_target_length": 4096, **overrides}, V6E_4X4, 2)
     assert xla_peak <= b.usable_gib < b.total_gib
     assert not b.does_not_fit and b.verdict == "uncertain: run the compile check"
-
-
-FSDP16 = {"ici_fsdp_parallelism": 16, "ici_tensor_parallelism": 1}
 
 
 @pytest.mark.parametrize("generation, overrides, xla_peak", [
