@@ -44,7 +44,9 @@ Components
    (a) the output head: the logits ``[tokens, vocab/tensor]`` and their
    gradient, both bfloat16 (:data:`LOGIT_BYTES`; on v5e the forward's logits
    alone, beside the larger of the rest of (a) and one layer's recompute in
-   its backward: :data:`FORWARD_LOGITS_ONLY`), beside the head's input
+   its backward: :data:`FORWARD_LOGITS_ONLY`; one buffer on v6e where the
+   vocabulary is unsplit: :data:`GRADIENT_OVER_LOGITS`, and there with a tied
+   head the stacked unit inputs once more: :data:`SAVED_INPUTS_AGAIN`), beside the head's input
    and its gradient whole over tensor (:data:`HEAD_INPUT_COPIES`), the head's
    weight gathered over fsdp (:data:`HEAD_WEIGHT_COPIES`), and beside the
    backward of the last remat unit, which starts while the logits are live and,
@@ -78,7 +80,8 @@ The buffers the terms' docstrings cite were read, until the compile check read l
 step than the peak and counts a value written over another twice. Read at the peak
 (``bench/bench_live_sets.py``), XLA holds one of two sets: at the output head, before any layer's gradient
 exists, or in the first layer's backward, with the layers' gradients, the forward's logits and that layer's
-recompute. The terms below count the gradients, two logits buffers (one on v5e) and the larger of the head's
+recompute. The terms below count the gradients, two logits buffers (one on v5e, and on v6e with the vocabulary
+unsplit) and the larger of the head's
 and one layer's working set in every run, so their items are not XLA's even where their sum is (the
 tutorial's 8B: 21.86 against 21.84, with one logits buffer at XLA's peak); bench/README.md ("What XLA holds
 at its peak") says which citations hold at the peak.
@@ -106,12 +109,12 @@ from gke_ray_tpu.core.tpu_catalogue import SliceShape
 
 GIB = 2**30
 
-ESTIMATE_OVER_XLA = (0.68, 1.69)
+ESTIMATE_OVER_XLA = (0.68, 1.67)
 """The estimate divided by XLA's peak (or, for a run XLA refuses, by what it says it needs), lowest and
 highest, rounded outwards, over every run compiled to derive or to test the estimate, with XLA's own
 scheduler (no flags; the pods' flags leave the peak alone): 0.687 (Gemma 3 4B on 2 x v5e-16, pdbs 2, 2,048
 tokens: 10.84 GiB, where XLA keeps the unscanned layers' backward buffers beside the scanned layers' and the
-logits) to 1.689 (Qwen 3 1.7B on 2 x v6e-16, all fsdp, pdbs 16: 47.19 estimated, XLA fits it at 27.93). The
+logits) to 1.666 (Gemma 2 2B on 2 x v6e-16, pdbs 10: 48.88 estimated, XLA fits it at 29.35). The
 estimate's terms come from live sets far below the limit, so it overstates most near it, where the verdict
 is decided: the tutorial's 8B is 1.001 at pdbs 4 and 1.448 at pdbs 10 (``bench/bench_xla_need.py``). The 123
 runs of ``bench/bench_estimates.py``, ``bench/bench_preflight_grid.py`` and ``bench/bench_xla_need.py``
@@ -142,13 +145,24 @@ Every v5e compile read holds the forward's buffer alone: Qwen 3 0.6B and 1.7B an
 recomputed layer's ``[tokens, d_model]`` and ``[tokens, mlp/tensor]`` buffers, Qwen 2.5 1.5B (fsdp 16) beside
 two of the head's weight gradient, ``bf16[151936,1536]``."""
 
-# Where tensor parallelism does not split the vocabulary XLA writes the gradient over the logits in some compiles
-# and beside them in others: one bf16[8,2048,256128] for Gemma 2B on 2 x v6e-16 (fsdp 16, pdbs 8), one
-# bf16[4,2048,151936] for Qwen 2.5 1.5B on 2 x v5e-16 (fsdp 16), one bf16[2,4096,100278] for OLMo 3 7B on
-# 2 x v6e-16 (fsdp 16); two (the forward dot_general and the backward div) for Gemma 2B on 2 x v5p-16 (fsdp 8,
-# pdbs 4) and Gemma 2 2B on 2 x v6e-16 (fsdp 16, 8,192 tokens), in XLA's lists (Gemma 2B on v6e at its peak
-# itself: the forward's alone). The estimate counts two (LOGIT_BYTES) either way: the count that does not
-# understate.
+GRADIENT_OVER_LOGITS = ("v6e",)
+"""Generations whose compiler writes the logits' gradient over the logits where tensor parallelism does not split
+the vocabulary (the slice all on fsdp, or a vocabulary tensor does not divide), so one bfloat16 buffer
+(:data:`FORWARD_LOGIT_BYTES`) holds both; a soft-capped head (Gemma 2) keeps two. At XLA's peak on 2 x v6e-16 with
+fsdp 16, read 2026-12-05, one ``[batch, length, vocab]`` buffer each: Gemma 2B (pdbs 8, ``bf16[8,2048,256128]``),
+Qwen 3 0.6B (pdbs 8) and 1.7B (pdbs 4), Qwen 2.5 7B (pdbs 4, ``bf16[4,2048,152064]``), OLMo 3 32B and Gemma 3 27B
+(both peaking in a layer's backward). On v5p the same split keeps two: Qwen 3 8B and Gemma 2 2B with fsdp 8 (the
+forward ``dot_general`` and the backward ``convert_element_type`` or ``div``); the generations not read count two,
+the count that does not understate."""
+
+SAVED_INPUTS_AGAIN = 1
+"""Copies of the stacked remat-unit inputs (the scan's carry, ``[units, batch, length, d_model]``) the output head
+holds beside the saved ones where the head is the token embedding (tied) and the vocabulary unsplit, outside v5e.
+XLA's peaks hold two ``jvp()/while`` buffers of that shape there: Gemma 2B, Qwen 3 0.6B and 1.7B with fsdp 16 on
+v6e (``bf16[28,8,4096,1024]`` twice for Qwen 3 0.6B), Gemma 2 2B with fsdp 8 on v5p (``bf16[13,8,2048,2304]``
+twice); one where the head is untied (Qwen 2.5 7B with fsdp 16 on v6e, Qwen 3 8B with fsdp 8 on v5p), one where the
+vocabulary is split over tensor (Qwen 3 0.6B and Gemma 2 2B with tensor 4 on v6e) and one on v5e (Gemma 2B with
+fsdp 16), whose head holds only the forward's logits (:data:`FORWARD_LOGITS_ONLY`)."""
 
 HEAD_WEIGHT_COPIES = 1
 """The output head's weight (the token embedding, tied, or ``logits_dense``) gathered over fsdp in bfloat16,
@@ -537,11 +551,14 @@ class _Activations:
         elements = sum(_per_chip_elements(*tensors[n], self.tokens, self.tp) for n in set(names) if n in tensors)
         return elements * self.act_bytes
 
+    def carry(self) -> float:
+        """One remat unit's input, the scan's carry: ``[tokens, d_model]``, split over tensor where it divides."""
+        d = self.model.d_model
+        return self.tokens * d / (self.tp if d % self.tp == 0 else 1) * self.act_bytes
+
     def saved(self, unit: RematUnit, saves: Sequence[str]) -> float:
         """One remat unit's input (the scan carry) and what the backward reads of what the policy saves."""
-        d = self.model.d_model
-        carry = self.tokens * d / (self.tp if d % self.tp == 0 else 1) * self.act_bytes
-        return carry + sum(self.of_layer(layer, kept_by_backward(layer, saves)) for layer in unit.layers)
+        return self.carry() + sum(self.of_layer(layer, kept_by_backward(layer, saves)) for layer in unit.layers)
 
     def recompute(self, unit: RematUnit) -> float:
         """The backward of a unit of several layers keeps every other layer's matmul outputs while it goes back
@@ -571,8 +588,12 @@ class _Activations:
         layer = max(backward + recompute + LAYER_WEIGHT_COPIES * weights for backward, recompute, weights in layers)
         if generation in FORWARD_LOGITS_ONLY:
             head = logits * FORWARD_LOGIT_BYTES + max(beside_logits, max(backward for backward, _, _ in layers))
+        elif not vocab_split and generation in GRADIENT_OVER_LOGITS and not m.logits_soft_cap:
+            head = logits * FORWARD_LOGIT_BYTES + beside_logits
         else:
             head = logits * LOGIT_BYTES + beside_logits
+        if not vocab_split and m.tied_embeddings and generation not in FORWARD_LOGITS_ONLY:
+            head += SAVED_INPUTS_AGAIN * sum(unit.count for unit in units) * self.carry()
         return (head, OUTPUT_HEAD) if head >= layer else (layer, "one decoder layer")
 
 
