@@ -42,11 +42,12 @@ Components
    refuses it: :func:`gke_ray_tpu.core.estimates.sharding.check_sharding`).
 5. **Transient working set** - the larger of
    (a) the output head: the logits ``[tokens, vocab/tensor]`` and their
-   gradient, both bfloat16 (:data:`LOGIT_BYTES`; on v5e the forward's logits
-   alone, beside the larger of the rest of (a) and one layer's recompute in
-   its backward: :data:`FORWARD_LOGITS_ONLY`; one buffer on v6e where the
-   vocabulary is unsplit: :data:`GRADIENT_OVER_LOGITS`, and there with a tied
-   head the stacked unit inputs once more: :data:`SAVED_INPUTS_AGAIN`), beside the head's input
+   gradient, both bfloat16 (:data:`LOGIT_BYTES`; one buffer on v5e,
+   :data:`FORWARD_LOGITS_ONLY`, and on v6e where the vocabulary is unsplit,
+   :data:`GRADIENT_OVER_LOGITS`, beside the larger of the rest of (a) and the
+   first layer's recompute, before its gradients: :meth:`_Activations.first_recompute`;
+   with a tied head and the vocabulary unsplit the stacked unit inputs once
+   more: :data:`SAVED_INPUTS_AGAIN`), beside the head's input
    and its gradient whole over tensor (:data:`HEAD_INPUT_COPIES`), the head's
    weight gathered over fsdp (:data:`HEAD_WEIGHT_COPIES`), and beside the
    backward of the last remat unit, which starts while the logits are live and,
@@ -136,7 +137,8 @@ FORWARD_LOGIT_BYTES = 2
 FORWARD_LOGITS_ONLY = ("v5e",)
 """Generations whose compiler keeps one logits buffer, the forward ``dot_general``'s, with no gradient beside it,
 and keeps it into the layers' backward: there the head's transient is those logits beside the larger of the head's
-other buffers and one layer's recomputed tensors with their gradients. The same program (Qwen 3 0.6B, 2 slices,
+other buffers and the first layer's recompute, before its gradients (:meth:`_Activations.first_recompute`). The
+same program (Qwen 3 0.6B, 2 slices,
 fsdp 4 x tensor 4, pdbs 8, 2,048 tokens) peaks at 11.56 GiB on 2 x v6e-16 with two ``bf16[32,2048,37984]``
 buffers (the forward's and the backward ``convert_element_type``'s) and at 7.45 GiB on 2 x v5e-16 with one, far
 below v5e's 15.75 GiB limit, so the compiler's choice, not memory pressure (at the peak itself too); at 4,096
@@ -151,7 +153,8 @@ the vocabulary (the slice all on fsdp, or a vocabulary tensor does not divide), 
 (:data:`FORWARD_LOGIT_BYTES`) holds both; a soft-capped head (Gemma 2) keeps two. At XLA's peak on 2 x v6e-16 with
 fsdp 16, read 2026-12-05, one ``[batch, length, vocab]`` buffer each: Gemma 2B (pdbs 8, ``bf16[8,2048,256128]``),
 Qwen 3 0.6B (pdbs 8) and 1.7B (pdbs 4), Qwen 2.5 7B (pdbs 4, ``bf16[4,2048,152064]``), OLMo 3 32B and Gemma 3 27B
-(both peaking in a layer's backward). On v5p the same split keeps two: Qwen 3 8B and Gemma 2 2B with fsdp 8 (the
+(both peaking in a layer's backward); beside it, as on v5e, the first layer's recompute (Qwen 3 0.6B: four
+``bf16[8,4096,3072]``, its MLP's). On v5p the same split keeps two: Qwen 3 8B and Gemma 2 2B with fsdp 8 (the
 forward ``dot_general`` and the backward ``convert_element_type`` or ``div``); the generations not read count two,
 the count that does not understate."""
 
@@ -565,6 +568,21 @@ class _Activations:
         through one."""
         return sum(sorted(self.of_layer(layer, RECOMPUTED) for layer in unit.layers)[:-1])
 
+    def first_recompute(self, layer: Layer) -> float:
+        """One layer's tensors as its backward recomputes them, before any gradient: those ``d_model`` wide whole over
+        tensor (the residual stream is gathered for the layer's matmuls), the rest split as they shard. At XLA's
+        peak where one logits buffer is live (read 2026-12-05): Qwen 3 0.6B on v5e with tensor 4, four
+        ``bf16[32,2048,1024]`` (whole), three ``[32,2048,768]`` (its MLP over 4) and its heads over 4; Llama 3.1 8B
+        with fsdp 16 on v5e, three ``bf16[8,2048,14336]`` and four ``[8,2048,4096]``. Counting every tensor with
+        its gradient put the second at 1.206 of XLA's peak (1.012 now); counting ``d_model`` wide tensors split
+        over tensor put Gemma 2 2B on v5e with tensor 4 at 0.867 (0.904)."""
+        d = self.model.d_model
+        elements = sum(
+            _per_chip_elements(features, split, self.tokens, 1 if features == split == d else self.tp)
+            for features, split in _layer_tensors(layer, d).values()
+        )
+        return elements * self.act_bytes
+
     def backward(self, layer: Layer) -> float:
         """One layer's recomputed tensors and their gradients."""
         return LAYER_BACKWARD_COPIES * self.of_layer(layer, _layer_tensors(layer, self.model.d_model))
@@ -586,10 +604,10 @@ class _Activations:
             weights = sum(_layer_params(one, m.d_model) for one in unit.layers) / tp * act_bytes
             layers += [(self.backward(one), recompute, weights) for one in unit.layers]
         layer = max(backward + recompute + LAYER_WEIGHT_COPIES * weights for backward, recompute, weights in layers)
-        if generation in FORWARD_LOGITS_ONLY:
-            head = logits * FORWARD_LOGIT_BYTES + max(beside_logits, max(backward for backward, _, _ in layers))
-        elif not vocab_split and generation in GRADIENT_OVER_LOGITS and not m.logits_soft_cap:
-            head = logits * FORWARD_LOGIT_BYTES + beside_logits
+        gradient_over_logits = not vocab_split and generation in GRADIENT_OVER_LOGITS and not m.logits_soft_cap
+        if generation in FORWARD_LOGITS_ONLY or gradient_over_logits:
+            first = max(self.first_recompute(one) for unit in units for one in unit.layers)
+            head = logits * FORWARD_LOGIT_BYTES + max(beside_logits, first)
         else:
             head = logits * LOGIT_BYTES + beside_logits
         if not vocab_split and m.tied_embeddings and generation not in FORWARD_LOGITS_ONLY:
