@@ -22,8 +22,8 @@ made them:
 
 Groups: ``in-sample`` (the runs whose live sets the estimate's terms cite: ``bench_estimates.py``'s in-sample
 and seen runs and ``bench_preflight_grid.py``'s in-sample ones), ``batch`` (``bench_xla_need.py``'s 8B from 2
-to 10 sequences a chip), ``held-out-35d9fab``, ``held-out-12b0cde`` and ``held-out`` (``bench_preflight_grid.py``'s
-rounds held out from 35d9fab's estimate, from 12b0cde's and from the current one).
+to 10 sequences a chip), ``held-out-35d9fab``, ``held-out-12b0cde``, ``held-out-f764038`` and ``held-out``
+(``bench_preflight_grid.py``'s rounds held out from the estimate of the commit each names, and from the current one).
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 import bench_estimates  # noqa: E402
-from bench_preflight_grid import HELD_OUT, HELD_OUT_12B0CDE, HELD_OUT_35D9FAB, IN_SAMPLE, _job, print_table_head, run_groups  # noqa: E402
+from bench_preflight_grid import (  # noqa: E402
+    HELD_OUT, HELD_OUT_12B0CDE, HELD_OUT_35D9FAB, HELD_OUT_F764038, IN_SAMPLE, _job, print_table_head, run_groups,
+)
 from bench_xla_need import BATCH  # noqa: E402
 from gke_ray_tpu.core.estimates.memory import estimate_hbm_from_config  # noqa: E402
 from gke_ray_tpu.core.estimates.models import model_shape  # noqa: E402
@@ -51,6 +53,7 @@ GROUPS = {
     "batch": {name: cell for name, cell in BATCH.items() if not name.endswith(("pdbs 11", "pdbs 12"))},  # no fit
     "held-out-35d9fab": HELD_OUT_35D9FAB,
     "held-out-12b0cde": HELD_OUT_12B0CDE,
+    "held-out-f764038": HELD_OUT_F764038,
     "held-out": HELD_OUT,
 }
 ITEMS = ("train state", "weight copies", "saved layer inputs", "stacked gradients", "logits", "the rest")
