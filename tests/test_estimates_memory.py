@@ -175,7 +175,7 @@ def test_70b_bf16_weights_at_tutorial_batch_is_too_close_to_call():
 ])
 def test_a_run_xla_fits_is_not_called_does_not_fit(overrides, xla_peak):
     """The two runs the estimate overstates most, on 2 x v6e-16: XLA fits both (its peaks, from
-    bench/bench_xla_need.py, beside estimates of 35.64 and 48.88 GiB), so the verdict may not refuse them, as the
+    bench/bench_xla_need.py, beside estimates of 39.94 and 48.88 GiB), so the verdict may not refuse them, as the
     band of 070808b (0.68-1.40) did, which failed a declared run of either at preview."""
     b = estimate_hbm_from_config({"max_target_length": 4096, **overrides}, V6E_4X4, 2)
     assert xla_peak <= b.usable_gib < b.total_gib
