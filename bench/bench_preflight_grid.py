@@ -16,8 +16,9 @@ the torus cannot hold, an uneven batch, tpu7x's TensorCores, and meshes that pas
 compiles whose live sets the estimate's terms for the new layer kinds come from), ``held-out-c0233b2``,
 ``held-out-7ae30a1``, ``held-out-5f8a35e``, ``held-out-dd6e3d8``, ``held-out-35d9fab``, ``held-out-12b0cde`` and
 ``held-out-f764038`` (held out from the estimate of that commit, then read for the terms of the next change),
-``held-out`` (drawn at random after the estimate's last change and compiled after it; used for nothing). Results land in the compile check's cache; a second run prints at once. bench/README.md,
-"Preview's verdict against XLA's", has the tables.
+``held-out`` (drawn at random after the estimate's last change and compiled after it; used for nothing).
+Results land in the compile check's cache; a second run prints at once. bench/README.md, "Preview's verdict
+against XLA's", has the tables.
 """
 
 from __future__ import annotations

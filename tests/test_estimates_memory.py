@@ -207,7 +207,7 @@ def test_a_layers_backward_holds_its_units_weights_gathered_once(generation, ove
     ({"model_name": "qwen2.5-7b", "per_device_batch_size": 4, "max_target_length": 2048}, 13.50),
 ])
 def test_with_the_vocabulary_unsplit_v6e_writes_the_logits_gradient_over_the_logits(overrides, xla_peak):
-    """XLA's peaks on 2 x v6e-16 with the slice all on fsdp (bench/bench_preflight_grid.py, group held-out), whose
+    """XLA's peaks on 2 x v6e-16 with the slice all on fsdp (bench/bench_preflight_grid.py, held-out-12b0cde), whose
     live sets gave GRADIENT_OVER_LOGITS and SAVED_INPUTS_AGAIN: the estimate is within 10% of each."""
     b = estimate_hbm_from_config({**overrides, **FSDP16}, V6E_4X4, 2)
     assert abs(b.total_per_device_gib / xla_peak - 1) <= 0.10
