@@ -2,7 +2,7 @@
 
 One model, applied the same way to every configuration; where XLA's TPU compiler lays out a step differently
 for a decoder block or a generation, a named constant says so and why (:data:`PER_LAYER_REMAT`,
-:data:`FORWARD_LOGITS_ONLY`).
+:data:`FORWARD_LOGITS_ONLY`, :data:`UNROLLED_BLOCK_LOOP`).
 Everything is per chip, in GiB (2**30 bytes; MaxText's "Memstats ... (GB)"
 lines are GiB too: Llama 3.1 70B bf16 over 8 v6e chips logs "16.43 / 31.25",
 and 70,553,706,496 x 2 B / 8 / 2**30 = 16.43). On tpu7x, whose TensorCores are
@@ -53,12 +53,15 @@ Components
    backward of the last remat unit, which starts while the logits are live and,
    for a unit of several layers, keeps the weight matmuls' outputs of every
    other layer of the unit while it goes back through one (:data:`RECOMPUTED`);
-   and (b) one decoder layer during its backward recompute: every tensor of the
-   ``none`` policy for one layer and its gradient (:data:`LAYER_BACKWARD_COPIES`),
+   where MaxText unrolls the loop over scanned steps (Gemma 4), less the layers'
+   gradients, which do not exist yet (:data:`UNROLLED_BLOCK_LOOP`); and (b) one
+   decoder layer during its backward recompute: every tensor of the ``none``
+   policy for one layer and its gradient (:data:`LAYER_BACKWARD_COPIES`),
    the other layers of its unit as in (a), plus the unit's weights in
    bfloat16 gathered over fsdp (:data:`LAYER_WEIGHT_COPIES`). Both happen while all saved
    activations and the whole optimizer state are live, and beside a bfloat16
-   copy of all the layers' weights (:data:`LAYER_WEIGHTS_HELD`), so the peak is
+   copy of all the layers' weights (:data:`LAYER_WEIGHTS_HELD`; none for Gemma 1
+   and 2 with bfloat16 weights, :data:`WEIGHTS_READ_IN_PLACE`), so the peak is
    their sum with the larger transient and that copy.
 
 Limit and verdict
@@ -356,6 +359,23 @@ def remat_units(model: ModelShape) -> list[RematUnit]:
 PER_LAYER_REMAT = ("gemma4",)
 """Decoder blocks whose scanned step rematerialises each of its layers (``Gemma4ScannableBlock``'s
 ``apply_internal_remat``), not the step as one."""
+
+UNROLLED_BLOCK_LOOP = ("gemma4",)
+"""Decoder blocks whose loop over scanned steps MaxText unrolls (``_apply_gemma4_scanned_blocks`` in
+``layers/nnx_decoders.py``: ``unroll=max(1, scan_length)``), so XLA's program has one inner loop per step and no loop
+over the steps. Read at XLA's peaks of Gemma 4 31B on 2 slices (2026-12-05), all four at the output head, with ten
+``jvp()/eval_jaxpr/while`` loops:
+
+- no layer gradient: no buffer stacks the steps' weight gradients before the first step's backward, each step's
+  are made by its own, so the head's transient is less the layers' gradients (v6e, bfloat16 weights, pdbs 1 under
+  ``full`` and ``save_qkv_proj``; v5p, pdbs 2, 2,048 tokens; tpu7x with fsdp 16, pdbs 2, 8,192 tokens,
+  ``save_dot_except_mlp``);
+- no second copy of the stacked unit inputs (:data:`SAVED_INPUTS_AGAIN`): on tpu7x, beside the
+  ``[2,8192,262144]`` logits' gradient, each loop's ``[5,2,8192,5376]`` inputs once;
+- under a policy that saves nothing (``full``), each step's first local layer's weights gathered over fsdp and
+  split over tensor: thirty ``bf16[1,5376,1,5376]`` MLP weights and the attention's (2.6 GiB on v5p, 2.4 on v6e),
+  none under ``save_qkv_proj`` on v6e or ``save_dot_except_mlp`` on tpu7x."""
+
 LAYER_WEIGHTS_HELD = 1
 """bfloat16 copies of all the layers' weights (per chip, as sharded) live through the train step: XLA casts the
 stacked float32 weights to bfloat16, or lays bfloat16 ones out as the layer loop reads them, once, outside the
@@ -363,10 +383,21 @@ loop. XLA's lists of what is live at its peak hold ``copy`` buffers whose op is 
 state (``state['model']['decoder']['layers']['mlp']['wo']['kernel']``), one per stacked weight: Llama 3 8B (v6e,
 pdbs 2 and 4, any remat policy; v5p; tpu7x) 0.80 GiB against 0.81 GiB of layer weights in bfloat16 per chip
 (0.75-0.80 at the peak itself), Llama 3 70B (bfloat16 weights, pdbs 1) 4.1 against 3.98 in XLA's list (1.80 at its
-peak, in the layers' backward), OLMo 3 32B on v5p 6.88 against 7.51, GPT-3 22B 2.53 against 2.57. Gemma 4 31B's
-backward holds as much again under its inner scan (2.79 GiB of ``bf16[5,1344,5376]`` transposed weight copies
-against 3.41). Not every compile hoists the whole stack: Gemma 2's hold only their attention weights' copies (27B
-on v5p: 0.51 of 6.0 GiB), where the term overstates."""
+peak, in the layers' backward), OLMo 3 32B on v5p 6.88 against 7.51, GPT-3 22B 2.53 against 2.57. Gemma 1 and 2
+and most Qwen compiles cast by a fusion that carries no op name: stacked ``bf16[layers, ...]`` buffers beside
+float32 weights (Gemma 2 27B on v5p, fsdp 8: 5.76 GiB of them and 0.30 named, against 6.07; Gemma 7B on v5p 1.56
+of 1.80; Qwen 2.5 7B on v6e 0.75 of 0.76). Gemma 4 31B's backward holds as much again under its inner scan
+(2.79 GiB of ``bf16[5,1344,5376]`` transposed weight copies against 3.41). Where the weights are bfloat16, Gemma
+1 and 2 hold none (:data:`WEIGHTS_READ_IN_PLACE`)."""
+
+WEIGHTS_READ_IN_PLACE = ("gemma", "gemma2")
+"""Decoder blocks whose bfloat16 layer weights XLA reads where they are, with no copy (:data:`LAYER_WEIGHTS_HELD`
+is 0 there). Read at the peak on 2 x v6e-16 with ``weight_dtype: bfloat16`` (2026-12-05): Gemma 2 27B (pdbs 2,
+2,048 tokens; in the layers' backward) holds its stacked gradients, ``bf16[23,1152,9216]`` and the rest (3.03
+GiB), and 0.25 GiB of attention weight copies beside them, where a copy would be 3.03 more; Gemma 2 9B (pdbs 2),
+Gemma 2 2B (pdbs 4) and Gemma 7B (pdbs 2), at the output head, hold 0.16, 0.01 and 0.12 GiB of 0.97, 0.24 and
+0.90. With float32 weights the same models hold the cast copy; with bfloat16 weights Mistral 7B (0.81 of 0.81 on
+v5e, fsdp 16), Llama 3.1 8B (0.80 of 0.81) and Gemma 3 12B (0.87 of 1.25 on v6e) hold theirs."""
 
 
 @dataclass(frozen=True)
@@ -512,8 +543,9 @@ def estimate_hbm(
     acts = _Activations(m, tokens, tp, act_bytes)
     units = remat_units(m)
     activations = sum(unit.count * acts.saved(unit, policy.saves) for unit in units)
-    transient, kind = acts.transient(units, shape.generation.name)
-    transient += LAYER_WEIGHTS_HELD * layer_params * act_bytes
+    transient, kind = acts.transient(units, shape.generation.name, layer_params * g_bytes, policy.saves)
+    held = 0 if weight_dtype == "bfloat16" and m.decoder_block in WEIGHTS_READ_IN_PLACE else LAYER_WEIGHTS_HELD
+    transient += held * layer_params * act_bytes
     activations, transient = activations * per_chip, transient * per_chip
     params_per_chip = params * per_chip
 
@@ -587,8 +619,13 @@ class _Activations:
         """One layer's recomputed tensors and their gradients."""
         return LAYER_BACKWARD_COPIES * self.of_layer(layer, _layer_tensors(layer, self.model.d_model))
 
-    def transient(self, units: Sequence[RematUnit], generation: str) -> tuple[float, str]:
-        """The larger working set, the output head's or one decoder layer's, and which it is."""
+    def transient(
+        self, units: Sequence[RematUnit], generation: str, layer_gradients: float, saves: Sequence[str]
+    ) -> tuple[float, str]:
+        """The larger working set, the output head's or one decoder layer's, and which it is. Where MaxText unrolls
+        the loop over scanned steps (:data:`UNROLLED_BLOCK_LOOP`) the head's is less ``layer_gradients`` (the
+        layers' weight gradients, bytes), and where the policy ``saves`` nothing, plus each step's first layer's
+        weights gathered."""
         m, tokens, tp, act_bytes = self.model, self.tokens, self.tp, self.act_bytes
         vocab_split = tp > 1 and m.vocab_size % tp == 0
         logits = _per_chip_elements(m.vocab_size, m.vocab_size, tokens, tp)
@@ -610,8 +647,14 @@ class _Activations:
             head = logits * FORWARD_LOGIT_BYTES + max(beside_logits, first)
         else:
             head = logits * LOGIT_BYTES + beside_logits
-        if not vocab_split and m.tied_embeddings and generation not in FORWARD_LOGITS_ONLY:
+        unrolled = m.decoder_block in UNROLLED_BLOCK_LOOP
+        if not vocab_split and m.tied_embeddings and generation not in FORWARD_LOGITS_ONLY and not unrolled:
             head += SAVED_INPUTS_AGAIN * sum(unit.count for unit in units) * self.carry()
+        if unrolled:
+            head -= layer_gradients
+            if not saves:
+                first = m.blocks[0]
+                head += first.repeats * _layer_params(first.layers[0], m.d_model) / tp * act_bytes
         return (head, OUTPUT_HEAD) if head >= layer else (layer, "one decoder layer")
 
 
