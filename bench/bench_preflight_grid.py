@@ -14,11 +14,11 @@ XLA's stand beside them.
 Groups: ``sharding`` (meshes chosen to meet each refusal: a vocabulary, KV heads, fused heads, an ICI axis
 the torus cannot hold, an uneven batch, tpu7x's TensorCores, and meshes that pass), ``in-sample`` (the
 compiles whose live sets the estimate's terms for the new layer kinds come from), ``held-out-c0233b2``,
-``held-out-7ae30a1``, ``held-out-5f8a35e``, ``held-out-dd6e3d8``, ``held-out-35d9fab``, ``held-out-12b0cde`` and
-``held-out-f764038`` (held out from the estimate of that commit, then read for the terms of the next change),
-``held-out`` (drawn at random after the estimate's last change and compiled after it; used for nothing).
-Results land in the compile check's cache; a second run prints at once. bench/README.md, "Preview's verdict
-against XLA's", has the tables.
+``held-out-7ae30a1``, ``held-out-5f8a35e``, ``held-out-dd6e3d8``, ``held-out-35d9fab``, ``held-out-12b0cde``,
+``held-out-f764038`` and ``held-out-7ca0599`` (held out from the estimate of that commit, then read for the terms
+of the next change), ``held-out`` (drawn at random after the estimate's last change and compiled after it; used
+for nothing). Results land in the compile check's cache; a second run prints at once. bench/README.md, "Preview's
+verdict against XLA's", has the tables.
 """
 
 from __future__ import annotations
@@ -81,6 +81,14 @@ IN_SAMPLE: dict[str, Cell] = {
     "qwen3-0.6b/v5e pdbs 8 seq 2048": ("v5e", "4x4", {"model_name": "qwen3-0.6b", "per_device_batch_size": 8,
                                                       "max_target_length": 2048}, 2),
     "qwen3-0.6b/v6e pdbs 8 seq 4096": ("v6e", "4x4", {"model_name": "qwen3-0.6b", "per_device_batch_size": 8}, 2),
+    # Gemma 4 under a policy that saves something, beside the run above under full (UNROLLED_BLOCK_LOOP; with
+    # held-out-c0233b2's v5p run, compiled again to read its live set); Gemma 1 and 2 with bfloat16 weights at the
+    # output head (WEIGHTS_READ_IN_PLACE).
+    "gemma4-31b/v6e bf16 pdbs 1 save_qkv_proj": ("v6e", "4x4", {"model_name": "gemma4-31b", "per_device_batch_size": 1,
+                                                                "remat_policy": "save_qkv_proj", **BF16}, 2),
+    "gemma2-9b/v6e bf16 pdbs 2": ("v6e", "4x4", {"model_name": "gemma2-9b", "per_device_batch_size": 2, **BF16}, 2),
+    "gemma2-2b/v6e bf16 pdbs 4": ("v6e", "4x4", {"model_name": "gemma2-2b", "per_device_batch_size": 4, **BF16}, 2),
+    "gemma-7b/v6e bf16 pdbs 2": ("v6e", "4x4", {"model_name": "gemma-7b", "per_device_batch_size": 2, **BF16}, 2),
 }
 HELD_OUT_C0233B2: dict[str, Cell] = {
     # Held out once: picked and compiled after the estimate was committed (c0233b2), every layer kind the
@@ -340,10 +348,11 @@ HELD_OUT_F764038: dict[str, Cell] = {
                                                                              "max_target_length": 4096,
                                                                              "remat_policy": "save_qkv_proj"}, 2),
 }
-HELD_OUT: dict[str, Cell] = {
+HELD_OUT_7CA0599: dict[str, Cell] = {
     # Drawn after 7ca0599 (the first layer's recompute once beside one logits buffer) as held-out-f764038 was, by
     # random.Random(0x7ca0599), 24 runs: every family once, then thirteen at random; GPT-3 at its config's 1,024
-    # tokens (MaxText refuses another); no configuration compiled before.
+    # tokens (MaxText refuses another); no configuration compiled before. Gemma 4 31B's and Gemma 2 27B's live sets
+    # then gave 66d7acb's terms (UNROLLED_BLOCK_LOOP, WEIGHTS_READ_IN_PLACE).
     "gemma2-9b/v5e pdbs 2 seq 8192 save_dot_except_mlpwi": ("v5e", "4x4", {"model_name": "gemma2-9b",
                                                                            "per_device_batch_size": 2,
                                                                            "max_target_length": 8192,
@@ -429,10 +438,13 @@ HELD_OUT: dict[str, Cell] = {
                                                                                   "remat_policy": "save_dot_except_mlpwi"},
                                                                                   2),
 }
+HELD_OUT: dict[str, Cell] = {
+}
 GROUPS = {"sharding": SHARDING, "in-sample": IN_SAMPLE, "held-out-c0233b2": HELD_OUT_C0233B2,
           "held-out-7ae30a1": HELD_OUT_7AE30A1, "held-out-5f8a35e": HELD_OUT_5F8A35E,
           "held-out-dd6e3d8": HELD_OUT_DD6E3D8, "held-out-35d9fab": HELD_OUT_35D9FAB,
-          "held-out-12b0cde": HELD_OUT_12B0CDE, "held-out-f764038": HELD_OUT_F764038, "held-out": HELD_OUT}
+          "held-out-12b0cde": HELD_OUT_12B0CDE, "held-out-f764038": HELD_OUT_F764038,
+          "held-out-7ca0599": HELD_OUT_7CA0599, "held-out": HELD_OUT}
 WITHIN = 0.10
 
 
