@@ -6,7 +6,9 @@ use, each counted once) is sorted into what the estimate itemises, by the buffer
 made them:
 
 - train state: XLA's parameters that are the train state's leaves (weights, ``mu``, ``nu``);
-- weight copies: other buffers made from a train-state leaf (the bfloat16 copies of the weights);
+- weight copies: other buffers made from a train-state leaf (the bfloat16 copies of the weights), and, beside
+  float32 gradients, bfloat16 buffers stacked as the layers are and none the sequence length (the same cast made
+  by a fusion that carries no op name: Gemma 1 and 2, most Qwen compiles);
 - saved layer inputs: the forward scan's outputs (``jvp()/while``; Gemma 4's, whose layers rematerialise
   themselves inside the scan, are not told apart from the rest);
 - stacked gradients: other buffers in the gradients' dtype whose first dimension is a scanned block's layer
@@ -78,8 +80,11 @@ def _item(buffer: dict, layer_counts: set[int], vocabularies: set[int], gradient
         return "saved layer inputs"
     if len(dims) == 3 and dims[2] in vocabularies or len(dims) == 2 and dims[1] in vocabularies and _logits_op(op):
         return "logits"
-    if len(dims) >= 2 and dims[0] in layer_counts and shape.startswith(gradient_dtype + "[") and length not in dims:
-        return "stacked gradients"
+    if len(dims) >= 2 and dims[0] in layer_counts and length not in dims:
+        if shape.startswith(gradient_dtype + "["):
+            return "stacked gradients"
+        if shape.startswith("bf16["):  # float32 gradients: a bfloat16 stack is the weights' cast, by a fusion
+            return "weight copies"
     return "the rest"
 
 
