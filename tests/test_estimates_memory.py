@@ -241,7 +241,7 @@ def test_on_v5e_the_head_holds_the_first_layers_recompute_once(overrides, xla_pe
     (V6E_4X4, {**MESH_8B, "per_device_batch_size": 1, "max_target_length": 4096, "weight_dtype": "bfloat16"}, 26.40),
 ])
 def test_gemma4s_unrolled_block_loop_makes_no_layer_gradient_before_the_head(shape, overrides, xla_peak):
-    """XLA's peaks of Gemma 4 31B on 2 slices (bench/bench_preflight_grid.py: held-out, held-out-7ae30a1,
+    """XLA's peaks of Gemma 4 31B on 2 slices (bench/bench_preflight_grid.py: held-out-7ca0599, held-out-7ae30a1,
     in-sample), whose live sets gave UNROLLED_BLOCK_LOOP: the estimate is within 10% of each."""
     b = estimate_hbm_from_config({"model_name": "gemma4-31b", **overrides}, shape, 2)
     assert abs(b.total_per_device_gib / xla_peak - 1) <= 0.10
@@ -253,7 +253,7 @@ def test_gemma4s_unrolled_block_loop_makes_no_layer_gradient_before_the_head(sha
 ])
 def test_gemma_2_reads_bfloat16_layer_weights_in_place(overrides, xla_peak):
     """Gemma 2 27B with bfloat16 weights on 2 x v6e-16, 2,048 tokens (XLA's peaks, bench/bench_preflight_grid.py:
-    held-out and held-out-dd6e3d8): no copy of the layer weights beside their stacked gradients
+    held-out-7ca0599 and held-out-dd6e3d8): no copy of the layer weights beside their stacked gradients
     (WEIGHTS_READ_IN_PLACE). With float32 weights the transient holds the cast copy, as large as those gradients
     (XLA's stacked bf16[23, ...] buffers at the first run's peak: 3.03 GiB)."""
     config = {"model_name": "gemma2-27b", **MESH_8B, "max_target_length": 2048, **overrides}
