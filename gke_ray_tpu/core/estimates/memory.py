@@ -615,6 +615,10 @@ class _Activations:
         )
         return elements * self.act_bytes
 
+    def gathered(self, layers: Sequence[Layer]) -> float:
+        """The layers' weights in bfloat16 (the activations' type) gathered over fsdp, split over tensor."""
+        return sum(_layer_params(one, self.model.d_model) for one in layers) / self.tp * self.act_bytes
+
     def backward(self, layer: Layer) -> float:
         """One layer's recomputed tensors and their gradients."""
         return LAYER_BACKWARD_COPIES * self.of_layer(layer, _layer_tensors(layer, self.model.d_model))
@@ -638,7 +642,7 @@ class _Activations:
         layers = []
         for unit in units:
             recompute = self.recompute(unit)
-            weights = sum(_layer_params(one, m.d_model) for one in unit.layers) / tp * act_bytes
+            weights = self.gathered(unit.layers)
             layers += [(self.backward(one), recompute, weights) for one in unit.layers]
         layer = max(backward + recompute + LAYER_WEIGHT_COPIES * weights for backward, recompute, weights in layers)
         gradient_over_logits = not vocab_split and generation in GRADIENT_OVER_LOGITS and not m.logits_soft_cap
@@ -654,7 +658,7 @@ class _Activations:
             head -= layer_gradients
             if not saves:
                 first = m.blocks[0]
-                head += first.repeats * _layer_params(first.layers[0], m.d_model) / tp * act_bytes
+                head += first.repeats * self.gathered(first.layers[:1])
         return (head, OUTPUT_HEAD) if head >= layer else (layer, "one decoder layer")
 
 
