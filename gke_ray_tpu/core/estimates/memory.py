@@ -40,7 +40,8 @@ Components
    x max_target_length x X`` elements (x tensor when tensor does not divide X;
    a mesh that does not divide a weight is refused earlier, as MaxText or JAX
    refuses it: :func:`gke_ray_tpu.core.estimates.sharding.check_sharding`).
-5. **Transient working set** - the larger of
+5. **Transient working set** - the larger of (on v5e, (a) alone:
+   :data:`FORWARD_LOGITS_ONLY`)
    (a) the output head: the logits ``[tokens, vocab/tensor]`` and their
    gradient, both bfloat16 (:data:`LOGIT_BYTES`; one buffer on v5e,
    :data:`FORWARD_LOGITS_ONLY`, and on v6e where the vocabulary is unsplit,
@@ -140,7 +141,16 @@ FORWARD_LOGIT_BYTES = 2
 FORWARD_LOGITS_ONLY = ("v5e",)
 """Generations whose compiler keeps one logits buffer, the forward ``dot_general``'s, with no gradient beside it,
 and keeps it into the layers' backward: there the head's transient is those logits beside the larger of the head's
-other buffers and the first layer's recompute, before its gradients (:meth:`_Activations.first_recompute`). The
+other buffers and the first layer's recompute, before its gradients (:meth:`_Activations.first_recompute`).
+That is the whole transient on these generations: the logits stay live through the layers' backward, where a
+layer holds its recomputed tensors about once, not each beside its gradient, so the layer term
+(:data:`LAYER_BACKWARD_COPIES`) is not used. At XLA's peak of five runs with the slice all on fsdp on 2 x v5e-16
+(read 2026-12-05), in a layer's backward with the stacked gradients and the forward's logits live: Mistral 7B with
+bfloat16 weights, pdbs 2, 8,192 tokens, three ``bf16[2,8192,14336]`` (its two MLP inputs recomputed and one
+gradient, where the term counts eight such tensors) and nine ``[2,8192,4096]`` beside ``bf16[2,8192,32000]``;
+Llama 2 13B (three ``[1,2048,13824]``), Llama 2 7B, GPT-3 6B (its one MLP input and its gradient) and OLMo 3 7B
+(its four-layer unit's recompute) alike. The layer term put them at 1.02 to 1.19 of XLA's peak (0.91 to 1.01
+without it). The
 same program (Qwen 3 0.6B, 2 slices,
 fsdp 4 x tensor 4, pdbs 8, 2,048 tokens) peaks at 11.56 GiB on 2 x v6e-16 with two ``bf16[32,2048,37984]``
 buffers (the forward's and the backward ``convert_element_type``'s) and at 7.45 GiB on 2 x v5e-16 with one, far
@@ -183,7 +193,8 @@ contracts over ``embed``): two gathered copies of the head's input and its gradi
 XLA's list at a step before the layers' backward; at its peak three such gathers are the first layer's recompute's)."""
 
 LAYER_BACKWARD_COPIES = 2
-"""Each recomputed intermediate of the layer in its backward, and the gradient flowing back through it."""
+"""Each recomputed intermediate of the layer in its backward, and the gradient flowing back through it (not on
+v5e: :data:`FORWARD_LOGITS_ONLY`)."""
 
 LAYER_WEIGHT_COPIES = 1
 """Copies of the remat unit's weights in bfloat16, gathered over fsdp and split over tensor, beside the backward of
@@ -192,8 +203,8 @@ one of its layers: the unit's backward recomputes its forward, which reads every
 0 to 1.86 times the unit's weights in the 32 compiles read, about once in most: GPT-3 6B with its slice all on
 fsdp on v5e (``bf16[1,3072,12288]`` and the rest of one layer) 1.12, Qwen 3 8B on v5p 1.00, the bfloat16 70B on
 v6e 0.84, Gemma 2 9B (two layers a unit) 1.00 on v6e and 1.76 on v5p, OLMo 3 32B with fsdp 16 (four a unit: 24
-``bf16[1,5120,27648]`` MLP weights) 1.86, OLMo 3 7B on v5p 0.66, Llama 3 8B on v6e 0.48, Gemma 3 4B on v5e 0.12.
-The term counted three of one layer (the current one, the next prefetched and the weight gradient), which no live
+``bf16[1,5120,27648]`` MLP weights) 1.86, OLMo 3 7B on v5p 0.66, Llama 3 8B on v6e 0.48, Gemma 3 4B on v5e 0.12
+(the v5e runs' transient is the head's, which leaves the weights out: :data:`FORWARD_LOGITS_ONLY`). The term counted three of one layer (the current one, the next prefetched and the weight gradient), which no live
 set at the peak holds; where a unit is one layer it is now that layer's weights once."""
 
 OUTPUT_HEAD = "output head (logits)"
@@ -626,7 +637,8 @@ class _Activations:
     def transient(
         self, units: Sequence[RematUnit], generation: str, layer_gradients: float, saves: Sequence[str]
     ) -> tuple[float, str]:
-        """The larger working set, the output head's or one decoder layer's, and which it is. Where MaxText unrolls
+        """The larger working set, the output head's or one decoder layer's (the head's alone where the forward's
+        logits stay live through the layers' backward: :data:`FORWARD_LOGITS_ONLY`), and which it is. Where MaxText unrolls
         the loop over scanned steps (:data:`UNROLLED_BLOCK_LOOP`) the head's is less ``layer_gradients`` (the
         layers' weight gradients, bytes), and where the policy ``saves`` nothing, plus each step's first layer's
         weights gathered."""
@@ -659,7 +671,9 @@ class _Activations:
             if not saves:
                 first = m.blocks[0]
                 head += first.repeats * self.gathered(first.layers[:1])
-        return (head, OUTPUT_HEAD) if head >= layer else (layer, "one decoder layer")
+        if head >= layer or generation in FORWARD_LOGITS_ONLY:
+            return head, OUTPUT_HEAD
+        return layer, "one decoder layer"
 
 
 def _layer_params(layer: Layer, d: int) -> int:
