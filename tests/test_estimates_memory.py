@@ -207,7 +207,7 @@ def test_a_layers_backward_holds_its_units_weights_gathered_once():
 ])
 def test_on_v5e_the_layers_backward_holds_its_tensors_once_beside_the_forward_logits(overrides, xla_peak):
     """XLA's figures on 2 x v5e-16 with the slice all on fsdp (bench/bench_preflight_grid.py: held-out-7ca0599,
-    held-out-35d9fab, the round held out from 66d7acb), whose live sets gave FORWARD_LOGITS_ONLY's layer phase:
+    held-out-35d9fab, held-out-66d7acb), whose live sets gave FORWARD_LOGITS_ONLY's layer phase:
     the estimate is within 10% of each."""
     b = estimate_hbm_from_config({**overrides, **FSDP16}, slice_shape("v5e", "4x4"), 2)
     assert abs(b.total_per_device_gib / xla_peak - 1) <= 0.10
