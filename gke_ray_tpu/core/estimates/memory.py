@@ -47,7 +47,7 @@ Components
    :data:`FORWARD_LOGITS_ONLY`, and on v6e where the vocabulary is unsplit,
    :data:`GRADIENT_OVER_LOGITS`, beside the larger of the rest of (a) and the
    first layer's recompute, before its gradients: :meth:`_Activations.first_recompute`;
-   with a tied head and the vocabulary unsplit the stacked unit inputs once
+   with a tied head and the vocabulary unsplit, under ``full``, the stacked unit inputs once
    more: :data:`SAVED_INPUTS_AGAIN`), beside the head's input
    and its gradient whole over tensor (:data:`HEAD_INPUT_COPIES`), the head's
    weight gathered over fsdp (:data:`HEAD_WEIGHT_COPIES`), and beside the
@@ -178,7 +178,13 @@ XLA's peaks hold two ``jvp()/while`` buffers of that shape there: Gemma 2B, Qwen
 v6e (``bf16[28,8,4096,1024]`` twice for Qwen 3 0.6B), Gemma 2 2B with fsdp 8 on v5p (``bf16[13,8,2048,2304]``
 twice); one where the head is untied (Qwen 2.5 7B with fsdp 16 on v6e, Qwen 3 8B with fsdp 8 on v5p), one where the
 vocabulary is split over tensor (Qwen 3 0.6B and Gemma 2 2B with tensor 4 on v6e) and one on v5e (Gemma 2B with
-fsdp 16), whose head holds only the forward's logits (:data:`FORWARD_LOGITS_ONLY`)."""
+fsdp 16), whose head holds only the forward's logits (:data:`FORWARD_LOGITS_ONLY`). The second is a ``copy`` of the
+scan's one output where the remat policy saves nothing else (``full``); where it saves more (the scan outputs a
+tuple) no compile read holds one: Gemma 7B with bfloat16 weights under ``save_dot_except_mlp`` and Qwen 2.5 1.5B
+under ``save_out_proj`` with fsdp 16 on v6e (``bf16[28,2,8192,3072]`` and ``[28,4,8192,1536]`` once each, beside
+the policy's stacked outputs), Qwen 3 4B and GPT-3 6B under ``save_out_proj`` on tpu7x, Gemma 2 27B under
+``save_qkv_proj`` on v5p, Gemma 2 2B under ``minimal`` on tpu7x; counting it put the first two at 1.132 and 1.124 of
+XLA's peak."""
 
 HEAD_WEIGHT_COPIES = 1
 """The output head's weight (the token embedding, tied, or ``logits_dense``) gathered over fsdp in bfloat16,
@@ -638,9 +644,10 @@ class _Activations:
         self, units: Sequence[RematUnit], generation: str, layer_gradients: float, saves: Sequence[str]
     ) -> tuple[float, str]:
         """The larger working set, the output head's or one decoder layer's (the head's alone where the forward's
-        logits stay live through the layers' backward: :data:`FORWARD_LOGITS_ONLY`), and which it is. Where MaxText unrolls
-        the loop over scanned steps (:data:`UNROLLED_BLOCK_LOOP`) the head's is less ``layer_gradients`` (the
-        layers' weight gradients, bytes), and where the policy ``saves`` nothing, plus each step's first layer's
+        logits stay live through the layers' backward: :data:`FORWARD_LOGITS_ONLY`), and which it is. The policy's
+        ``saves`` decide the head's second copy of the unit inputs (:data:`SAVED_INPUTS_AGAIN`). Where MaxText
+        unrolls the loop over scanned steps (:data:`UNROLLED_BLOCK_LOOP`) the head's is less ``layer_gradients``
+        (the layers' weight gradients, bytes), and where the policy saves nothing, plus each step's first layer's
         weights gathered."""
         m, tokens, tp, act_bytes = self.model, self.tokens, self.tp, self.act_bytes
         vocab_split = tp > 1 and m.vocab_size % tp == 0
@@ -664,7 +671,7 @@ class _Activations:
         else:
             head = logits * LOGIT_BYTES + beside_logits
         unrolled = m.decoder_block in UNROLLED_BLOCK_LOOP
-        if not vocab_split and m.tied_embeddings and generation not in FORWARD_LOGITS_ONLY and not unrolled:
+        if not vocab_split and m.tied_embeddings and generation not in FORWARD_LOGITS_ONLY and not unrolled and not saves:
             head += SAVED_INPUTS_AGAIN * sum(unit.count for unit in units) * self.carry()
         if unrolled:
             head -= layer_gradients
