@@ -25,7 +25,7 @@ made them:
 Groups: ``in-sample`` (the runs whose live sets the estimate's terms cite: ``bench_estimates.py``'s in-sample
 and seen runs and ``bench_preflight_grid.py``'s in-sample ones), ``batch`` (``bench_xla_need.py``'s 8B from 2
 to 10 sequences a chip), ``held-out-35d9fab``, ``held-out-12b0cde``, ``held-out-f764038``, ``held-out-7ca0599``,
-``held-out-66d7acb`` and ``held-out`` (``bench_preflight_grid.py``'s rounds held out from the estimate of the commit each names, and from
+``held-out-66d7acb``, ``held-out-35e2037`` and ``held-out`` (``bench_preflight_grid.py``'s rounds held out from the estimate of the commit each names, and from
 the current one).
 """
 
@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import bench_estimates  # noqa: E402
 from bench_preflight_grid import (  # noqa: E402
-    HELD_OUT, HELD_OUT_66D7ACB, HELD_OUT_7CA0599, HELD_OUT_12B0CDE, HELD_OUT_35D9FAB, HELD_OUT_F764038, IN_SAMPLE, _job,
+    HELD_OUT, HELD_OUT_35E2037, HELD_OUT_66D7ACB, HELD_OUT_7CA0599, HELD_OUT_12B0CDE, HELD_OUT_35D9FAB, HELD_OUT_F764038, IN_SAMPLE, _job,
     print_table_head, run_groups,
 )
 from bench_xla_need import BATCH  # noqa: E402
@@ -60,6 +60,7 @@ GROUPS = {
     "held-out-f764038": HELD_OUT_F764038,
     "held-out-7ca0599": HELD_OUT_7CA0599,
     "held-out-66d7acb": HELD_OUT_66D7ACB,
+    "held-out-35e2037": HELD_OUT_35E2037,
     "held-out": HELD_OUT,
 }
 ITEMS = ("train state", "weight copies", "saved layer inputs", "stacked gradients", "logits", "the rest")
