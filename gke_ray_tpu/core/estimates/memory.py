@@ -141,7 +141,14 @@ FORWARD_LOGIT_BYTES = 2
 FORWARD_LOGITS_ONLY = ("v5e",)
 """Generations whose compiler keeps one logits buffer, the forward ``dot_general``'s, with no gradient beside it,
 and keeps it into the layers' backward: there the head's transient is those logits beside the larger of the head's
-other buffers and the first layer's recompute, before its gradients (:meth:`_Activations.first_recompute`).
+other buffers and the first layer's recompute, before its gradients (:meth:`_Activations.first_recompute`). The
+same program (Qwen 3 0.6B, 2 slices, fsdp 4 x tensor 4, pdbs 8, 2,048 tokens) peaks at 11.56 GiB on 2 x v6e-16
+with two ``bf16[32,2048,37984]`` buffers (the forward's and the backward ``convert_element_type``'s) and at 7.45
+GiB on 2 x v5e-16 with one, far below v5e's 15.75 GiB limit, so the compiler's choice, not memory pressure (at the
+peak itself too); at 4,096 tokens 22.37 against 14.50.
+Every v5e compile read holds the forward's buffer alone: Qwen 3 0.6B and 1.7B and Gemma 2 2B beside the first
+recomputed layer's ``[tokens, d_model]`` and ``[tokens, mlp/tensor]`` buffers, Qwen 2.5 1.5B (fsdp 16) beside
+two of the head's weight gradient, ``bf16[151936,1536]``.
 That is the whole transient on these generations: the logits stay live through the layers' backward, where a
 layer holds its recomputed tensors about once, not each beside its gradient, so the layer term
 (:data:`LAYER_BACKWARD_COPIES`) is not used. At XLA's peak of five runs with the slice all on fsdp on 2 x v5e-16
@@ -150,15 +157,7 @@ bfloat16 weights, pdbs 2, 8,192 tokens, three ``bf16[2,8192,14336]`` (its two ML
 gradient, where the term counts eight such tensors) and nine ``[2,8192,4096]`` beside ``bf16[2,8192,32000]``;
 Llama 2 13B (three ``[1,2048,13824]``), Llama 2 7B, GPT-3 6B (its one MLP input and its gradient) and OLMo 3 7B
 (its four-layer unit's recompute) alike. The layer term put them at 1.02 to 1.19 of XLA's peak (0.91 to 1.01
-without it). The
-same program (Qwen 3 0.6B, 2 slices,
-fsdp 4 x tensor 4, pdbs 8, 2,048 tokens) peaks at 11.56 GiB on 2 x v6e-16 with two ``bf16[32,2048,37984]``
-buffers (the forward's and the backward ``convert_element_type``'s) and at 7.45 GiB on 2 x v5e-16 with one, far
-below v5e's 15.75 GiB limit, so the compiler's choice, not memory pressure (at the peak itself too); at 4,096
-tokens 22.37 against 14.50.
-Every v5e compile read holds the forward's buffer alone: Qwen 3 0.6B and 1.7B and Gemma 2 2B beside the first
-recomputed layer's ``[tokens, d_model]`` and ``[tokens, mlp/tensor]`` buffers, Qwen 2.5 1.5B (fsdp 16) beside
-two of the head's weight gradient, ``bf16[151936,1536]``."""
+without it)."""
 
 GRADIENT_OVER_LOGITS = ("v6e",)
 """Generations whose compiler writes the logits' gradient over the logits where tensor parallelism does not split
@@ -210,8 +209,9 @@ one of its layers: the unit's backward recomputes its forward, which reads every
 fsdp on v5e (``bf16[1,3072,12288]`` and the rest of one layer) 1.12, Qwen 3 8B on v5p 1.00, the bfloat16 70B on
 v6e 0.84, Gemma 2 9B (two layers a unit) 1.00 on v6e and 1.76 on v5p, OLMo 3 32B with fsdp 16 (four a unit: 24
 ``bf16[1,5120,27648]`` MLP weights) 1.86, OLMo 3 7B on v5p 0.66, Llama 3 8B on v6e 0.48, Gemma 3 4B on v5e 0.12
-(the v5e runs' transient is the head's, which leaves the weights out: :data:`FORWARD_LOGITS_ONLY`). The term counted three of one layer (the current one, the next prefetched and the weight gradient), which no live
-set at the peak holds; where a unit is one layer it is now that layer's weights once."""
+(the v5e runs' transient is the head's, which leaves the weights out: :data:`FORWARD_LOGITS_ONLY`). The term
+counted three of one layer (the current one, the next prefetched and the weight gradient), which no live set at
+the peak holds; where a unit is one layer it is now that layer's weights once."""
 
 OUTPUT_HEAD = "output head (logits)"
 """The transient's kind when the output head's is the larger."""
@@ -671,7 +671,8 @@ class _Activations:
         else:
             head = logits * LOGIT_BYTES + beside_logits
         unrolled = m.decoder_block in UNROLLED_BLOCK_LOOP
-        if not vocab_split and m.tied_embeddings and generation not in FORWARD_LOGITS_ONLY and not unrolled and not saves:
+        inputs_copied = not saves and not unrolled and generation not in FORWARD_LOGITS_ONLY
+        if inputs_copied and m.tied_embeddings and not vocab_split:
             head += SAVED_INPUTS_AGAIN * sum(unit.count for unit in units) * self.carry()
         if unrolled:
             head -= layer_gradients
