@@ -121,7 +121,7 @@ scheduler (no flags; the pods' flags leave the peak alone): 0.687 (Gemma 3 4B on
 tokens: 10.84 GiB, where XLA keeps the unscanned layers' backward buffers beside the scanned layers' and the
 logits) to 1.666 (Gemma 2 2B on 2 x v6e-16, pdbs 10: 48.88 estimated, XLA fits it at 29.35). The
 estimate's terms come from live sets far below the limit, so it overstates most near it, where the verdict
-is decided: the tutorial's 8B is 1.001 at pdbs 4 and 1.448 at pdbs 10 (``bench/bench_xla_need.py``). The 230
+is decided: the tutorial's 8B is 1.001 at pdbs 4 and 1.448 at pdbs 10 (``bench/bench_xla_need.py``). The 241
 runs of ``bench/bench_estimates.py``, ``bench/bench_preflight_grid.py`` and ``bench/bench_xla_need.py``
 (libtpu 0.0.50.1, MaxText 0.2.5) that bench/README.md lists. A run unlike those may be off by more."""
 
