@@ -657,13 +657,6 @@ class _Activations:
             + HEAD_WEIGHT_COPIES * m.vocab_size / (tp if vocab_split else 1) * m.d_model * act_bytes
             + self.recompute(units[-1])
         )
-        # Each layer's backward, its unit's recompute and its unit's weights, computed once for both terms below.
-        layers = []
-        for unit in units:
-            recompute = self.recompute(unit)
-            weights = self.gathered(unit.layers)
-            layers += [(self.backward(one), recompute, weights) for one in unit.layers]
-        layer = max(backward + recompute + LAYER_WEIGHT_COPIES * weights for backward, recompute, weights in layers)
         gradient_over_logits = not vocab_split and generation in GRADIENT_OVER_LOGITS and not m.logits_soft_cap
         if generation in FORWARD_LOGITS_ONLY or gradient_over_logits:
             first = max(self.first_recompute(one) for unit in units for one in unit.layers)
@@ -679,9 +672,15 @@ class _Activations:
             if not saves:
                 first = m.blocks[0]
                 head += first.repeats * self.gathered(first.layers[:1])
-        if head >= layer or generation in FORWARD_LOGITS_ONLY:
+        if generation in FORWARD_LOGITS_ONLY:
             return head, OUTPUT_HEAD
-        return layer, "one decoder layer"
+        # A unit's largest layer backward, beside the unit's other layers' recompute and its weights gathered.
+        layer = max(
+            max(self.backward(one) for one in unit.layers) + self.recompute(unit)
+            + LAYER_WEIGHT_COPIES * self.gathered(unit.layers)
+            for unit in units
+        )
+        return (head, OUTPUT_HEAD) if head >= layer else (layer, "one decoder layer")
 
 
 def _layer_params(layer: Layer, d: int) -> int:
