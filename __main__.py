@@ -110,7 +110,7 @@ with config_keys(cfg):
                        opts=pulumi.ResourceOptions(providers=[cluster.provider], depends_on=served))
             for index, run in enumerate(cfg.runs)]
 
-# What python -m gke_ray_tpu.training.submit reads (gke_ray_tpu/training/driver/stack_outputs.py checks them).
+# What python -m gke_ray_tpu.training.submit reads (training/driver/stack_outputs.py checks them).
 STACK_OUTPUTS = {
     "project": cfg.project,
     "region": cfg.region,

@@ -1,7 +1,7 @@
 """XLA's HBM figures for a run with and without the XLA flags the TPU pods get, side by side.
 
-The compile check (``gke_ray_tpu.stack.xla_check``) compiles a run under the dev stack's
-pods' ``LIBTPU_INIT_ARGS`` (``gke_ray_tpu.stack.xla_check.pod_flags``); this bench compiles
+The compile check (``gke_ray_tpu.preflight.xla_check``) compiles a run under the dev stack's
+pods' ``LIBTPU_INIT_ARGS`` (``gke_ray_tpu.preflight.xla_check.pod_flags``); this bench compiles
 the same jobs a second time with no flags at all, as the check did before, so
 the two peaks stand in one table, with each compile's wall time and peak RSS.
 Then what an unchanged run costs: a cached answer, and the preview command with
@@ -25,14 +25,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gke_ray_tpu.components.ray_manifests import TUTORIAL_XLA_FLAGS  # noqa: E402
+from gke_ray_tpu.core.libtpu_flags import TUTORIAL_XLA_FLAGS  # noqa: E402
 from gke_ray_tpu.core.job_spec import DATA_MOUNT, build_job  # noqa: E402
 from gke_ray_tpu.core.presets import get_preset  # noqa: E402
 from gke_ray_tpu.core.tpu_catalogue import slice_shape  # noqa: E402
 from gke_ray_tpu.stack.config import parse_stack_config  # noqa: E402
 from gke_ray_tpu.stack.mock_engine import load_stack_file  # noqa: E402
-from gke_ray_tpu.stack.wiring import planned_cluster_spec  # noqa: E402
-from gke_ray_tpu.stack.xla_check import XlaResult, compile_check, pod_flags, request_for_job  # noqa: E402
+from gke_ray_tpu.stack.wiring import planned_pod_flags  # noqa: E402
+from gke_ray_tpu.preflight.xla_check import XlaResult, compile_check, request_for_job  # noqa: E402
 
 RUNS: dict[str, tuple[str, dict]] = {
     # name: (preset, overrides), on the dev stack's 2 x v6e-16
@@ -65,7 +65,7 @@ def figure(result: XlaResult) -> str:
 
 def flags_table(names: list[str]) -> list:
     cfg = parse_stack_config(load_stack_file(REPO / "Pulumi.dev.yaml"))
-    flags = pod_flags(planned_cluster_spec(cfg))
+    flags = planned_pod_flags(cfg)
     print(f"The dev stack's pods' flags ({len(flags)}): {' '.join(flags)}\n")
     print("| run (2 x v6e-16) | no flags (GiB) | pods' flags (GiB) | pods / none | temporaries none -> pods | wall s none, pods | RSS GiB |")
     print("|---|---|---|---|---|---|---|")

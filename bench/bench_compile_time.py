@@ -2,7 +2,7 @@
 
 Before (``check_job(..., exact_flags=True, jobs=1)``): the run's own train step under the pods' flags, one
 slice count after the other. Now (``check_job``): the run without the flags, and a small model on the same
-mesh under them (whether libtpu takes them), every compile at once (:func:`gke_ray_tpu.stack.xla_check.parallel_compiles`).
+mesh under them (whether libtpu takes them), every compile at once (:func:`gke_ray_tpu.preflight.xla_check.parallel_compiles`).
 Each case starts from an empty cache (the first time a run is checked). It prints each way's wall time,
 the load average before and after (this machine is shared; a figure from a loaded machine says so), and
 that both ways give the same verdict and peak at every count.
@@ -24,7 +24,8 @@ sys.path.insert(0, str(REPO))
 
 from gke_ray_tpu.core.job_spec import DATA_MOUNT, build_job  # noqa: E402
 from gke_ray_tpu.core.presets import get_preset  # noqa: E402
-from gke_ray_tpu.stack import xla_check  # noqa: E402
+from gke_ray_tpu.preflight import xla_check  # noqa: E402
+from gke_ray_tpu.stack import wiring  # noqa: E402
 from gke_ray_tpu.stack.config import parse_stack_config  # noqa: E402
 from gke_ray_tpu.stack.mock_engine import load_stack_file  # noqa: E402
 
@@ -55,7 +56,7 @@ def main() -> None:
     parser.add_argument("--skip-before", action="store_true", help="time only the way it compiles now")
     args = parser.parse_args()
     cfg = parse_stack_config(load_stack_file(REPO / "Pulumi.dev.yaml"))
-    flags = xla_check.pod_flags(cfg.planned_cluster_spec)
+    flags = wiring.planned_pod_flags(cfg)
     print(f"{os.cpu_count()} cores; {xla_check.parallel_compiles()} compiles at once; load average 1/5/15 min as shown\n")
     print("| run (dev stack, v6e-16) | slice counts | way | wall s | load before -> after | verdict, peak GiB per count |")
     print("|---|---|---|---|---|---|")

@@ -2,8 +2,8 @@
 
 Each configuration is a job built as the submit command builds it
 (``gke_ray_tpu.core.job_spec.build_job``), compiled by the compile check
-(``gke_ray_tpu.stack.xla_check``, MaxText's AOT train_compile with libtpu on this CPU) for
-its slices, and estimated by ``gke_ray_tpu.core.estimates.memory`` for the same slices. For
+(``gke_ray_tpu.preflight.xla_check``, MaxText's AOT train_compile with libtpu on this CPU) for
+its slices, and estimated by ``gke_ray_tpu.preflight.memory`` for the same slices. For
 a run XLA refuses, its figure is what it says it would need. Results land in
 the compile check's cache, so a second run of the bench prints at once.
 
@@ -15,7 +15,7 @@ Seen: seven runs first held out, whose misses then shaped the output head's term
 seven runs chosen and compiled after that term was set, and read for no term since: other model
 families (each model's shape read from the installed MaxText's ``configs/models/<model_name>.yml``),
 sequence lengths, generations and remat policies. The band
-``gke_ray_tpu.core.estimates.memory.ESTIMATE_OVER_XLA`` covers every compiled run of this bench
+``gke_ray_tpu.preflight.memory.ESTIMATE_OVER_XLA`` covers every compiled run of this bench
 and of ``bench_preflight_grid.py``. Each group's line says how many are within 10% of XLA. The measured
 tables, the command and the machine:
 bench/README.md, "The HBM estimate against XLA's compiler".
@@ -30,10 +30,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from gke_ray_tpu.core.estimates.memory import OUTPUT_HEAD, estimate_hbm_from_config  # noqa: E402
+from gke_ray_tpu.preflight.memory import OUTPUT_HEAD, estimate_hbm_from_config  # noqa: E402
 from gke_ray_tpu.core.job_spec import DATA_MOUNT, JobSpec, build_job  # noqa: E402
 from gke_ray_tpu.core.presets import get_preset  # noqa: E402
-from gke_ray_tpu.stack.xla_check import compile_check, request_for_job  # noqa: E402
+from gke_ray_tpu.preflight.xla_check import compile_check, request_for_job  # noqa: E402
 
 V5P_MESH = {"ici_fsdp_parallelism": 2, "ici_tensor_parallelism": 4}
 """v5p 2x2x2 is 8 chips: the presets' 4 x 4 inside a slice becomes 2 x 4."""

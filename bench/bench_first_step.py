@@ -4,7 +4,7 @@ One local Ray head (its start is timed too), then the same tiny-preset job twice
 with the same base_output_directory, so the second run finds the compiled
 programs the first one cached (MaxText's jax_cache_dir). Each run is split at
 the moments its log shows, from the submission (``submit_job``, which packages
-and uploads ``gke_ray_tpu/core/`` and ``gke_ray_tpu/training/``):
+and uploads ``core/`` and ``training/``):
 
 * job up: the Ray Train controller's first "Started training worker group" line
   (the job's driver process started and imported Ray Train, workers were placed);

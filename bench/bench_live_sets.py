@@ -1,7 +1,7 @@
 """What XLA holds at its peak, item by item, beside the estimate's items: the yardstick for the estimate's terms.
 
 Each run is compiled by the compile check (or found in its cache) with no libtpu flags, as the other benches
-compile it, and its live set at the peak (``gke_ray_tpu.stack.xla_live_set``: the step with the most bytes in
+compile it, and its live set at the peak (``gke_ray_tpu.preflight.xla_live_set``: the step with the most bytes in
 use, each counted once) is sorted into what the estimate itemises, by the buffers' shapes and the ops that
 made them:
 
@@ -45,10 +45,10 @@ from bench_preflight_grid import (  # noqa: E402
     print_table_head, run_groups,
 )
 from bench_xla_need import BATCH  # noqa: E402
-from gke_ray_tpu.core.estimates.memory import estimate_hbm_from_config  # noqa: E402
-from gke_ray_tpu.core.estimates.models import model_shape  # noqa: E402
+from gke_ray_tpu.preflight.memory import estimate_hbm_from_config  # noqa: E402
+from gke_ray_tpu.core.models import model_shape  # noqa: E402
 from gke_ray_tpu.core.job_spec import JobSpec  # noqa: E402
-from gke_ray_tpu.stack.xla_check import compile_check, request_for_job  # noqa: E402
+from gke_ray_tpu.preflight.xla_check import compile_check, request_for_job  # noqa: E402
 
 GIB = 2**30
 ESTIMATES = {name: name for name in {**bench_estimates.CONFIGS, **bench_estimates.SEEN}}

@@ -2,7 +2,7 @@
 
 Creates a fresh Python 3.12 virtual environment (what Ray's runtime env makes on a worker; here without
 Ray's image under it, so every package of the lock is installed, the most a host can have to install) and
-runs ``gke_ray_tpu/core/worker_env/install.py`` on the lock, the image's own build step, with pip's cache
+runs ``core/worker_env/install.py`` on the lock, the image's own build step, with pip's cache
 off. Prints the seconds, the bytes pip downloaded (the wheels' sizes in the lock) and what the environment
 takes on disk, beside the stack's image, where a TPU host installs nothing at start.
 
@@ -66,14 +66,15 @@ def compile_8b(python: Path) -> tuple[str, str]:
     compiled now)."""
     from unittest import mock
 
-    from gke_ray_tpu.stack import wiring, xla_check
+    from gke_ray_tpu.preflight import xla_check
+    from gke_ray_tpu.stack import wiring
     from gke_ray_tpu.stack.config import parse_stack_config
     from gke_ray_tpu.stack.mock_engine import load_stack_file
     from gke_ray_tpu.stack.preflight import planned_job
 
     cfg = parse_stack_config(load_stack_file(REPO / "Pulumi.dev.yaml"))
     job = planned_job(cfg, "llama3-8b", {})
-    flags = xla_check.pod_flags(wiring.planned_cluster_spec(cfg))
+    flags = wiring.planned_pod_flags(cfg)
     project = xla_check.check_job(job, flags, [cfg.num_slices])
     with tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, {xla_check.CACHE_DIR_ENV: cache}), \
             mock.patch.object(sys, "executable", str(python)):

@@ -2,7 +2,7 @@
 
 Each cell is a run built as the submit command builds it (``gke_ray_tpu.core.job_spec.build_job``, whose
 ``JobSpec.validate`` makes the cheap checks preview and the submit command make: the mesh products and
-``gke_ray_tpu.core.estimates.sharding.check_sharding``), then compiled by the compile check's child
+``gke_ray_tpu.core.sharding.check_sharding``), then compiled by the compile check's child
 (MaxText's AOT ``train_compile`` with libtpu on this CPU, no XLA flags) whatever the cheap verdict said, so
 XLA's answer stands beside it: "compiled" (XLA's peak) or "out of HBM" (what XLA needs) where it took
 the sharding, "refused" with MaxText's or JAX's error where it did not. A difference between the two
@@ -31,10 +31,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gke_ray_tpu.core.errors import ConfigError  # noqa: E402
-from gke_ray_tpu.core.estimates.memory import estimate_hbm_from_config  # noqa: E402
+from gke_ray_tpu.preflight.memory import estimate_hbm_from_config  # noqa: E402
 from gke_ray_tpu.core.job_spec import DATA_MOUNT, JobSpec, build_job  # noqa: E402
 from gke_ray_tpu.core.presets import get_preset  # noqa: E402
-from gke_ray_tpu.stack.xla_check import compile_check, request_for_job  # noqa: E402
+from gke_ray_tpu.preflight.xla_check import compile_check, request_for_job  # noqa: E402
 
 PRESET = {"ici_fsdp_parallelism": 4, "ici_tensor_parallelism": 4}
 """The llama3-8b preset's mesh in a v6e 4x4 slice."""

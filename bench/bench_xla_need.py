@@ -28,9 +28,9 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from bench_preflight_grid import HELD_OUT_35D9FAB, PRESET, WITHIN, Cell, _job, print_table_head, run_groups  # noqa: E402
-from gke_ray_tpu.core.estimates.memory import estimate_hbm_from_config  # noqa: E402
+from gke_ray_tpu.preflight.memory import estimate_hbm_from_config  # noqa: E402
 from gke_ray_tpu.core.job_spec import JobSpec  # noqa: E402
-from gke_ray_tpu.stack.xla_check import compile_check, request_for_job  # noqa: E402
+from gke_ray_tpu.preflight.xla_check import compile_check, request_for_job  # noqa: E402
 
 LEAST_MEMORY = ("--xla_tpu_scheduler_percent_shared_memory_limit=1",)
 """The scheduler's memory-pressure heuristic on from the first byte."""

@@ -1,17 +1,22 @@
 """Hosts the seven components as the Pulumi package gke-ray-tpu, for programs in any language.
 
 pulumi-language-python starts a plugin as ``<venv>/bin/python <plugin dir> <engine address>``
-with the consumer's project as working directory, so only this folder is on sys.path.
-The components (``gke_ray_tpu/components/``, and the ``gke_ray_tpu/core/`` they import) sit one level up, so
-the repository root is put on sys.path before they are imported. Nothing may print to
-stdout here: the host's only stdout line is the gRPC port the engine reads.
+with the consumer's project as working directory, so only this folder is on sys.path, and the plugin's venv
+holds the SDKs, not this project. The components (``components/``, and the ``core/`` they import) sit one level
+up and install as ``gke_ray_tpu.<folder>`` (pyproject.toml), so ``gke_ray_tpu`` is imported from the repository
+and given its root as a place to look before they are imported. Nothing may print to stdout here: the host's only stdout line is
+the gRPC port the engine reads.
 """
 
 import sys
 import tomllib
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+_root = str(Path(__file__).resolve().parent.parent)
+sys.path.insert(0, _root)
+import gke_ray_tpu  # noqa: E402
+
+gke_ray_tpu.__path__.append(_root)
 
 from pulumi.provider.experimental import component_provider_host  # noqa: E402
 

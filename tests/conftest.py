@@ -7,6 +7,13 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("core", "components", "preflight", "stack", "training")
+"""The project's packages: each installs as ``gke_ray_tpu.<name>`` from the folder ``<name>/`` at the root."""
+
+
+def source_files() -> list[Path]:
+    """Every Python file of the installed packages, in their folders at the repository's root."""
+    return sorted(path for package in PACKAGES for path in (REPO_ROOT / package).rglob("*.py"))
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -6,7 +6,7 @@ only, nothing compiled or allocated) for the TPU topology the keys name, and pri
 ``{"model", "mesh", "weights": [[path, shape, spec], ...], "sufficiently_sharded"}`` with each spec as MaxText
 shards the weight (its size-one mesh axes dropped) and whether the trainer's
 ``assert_params_sufficiently_sharded`` takes the weights, or ``{"model", "error"}`` where MaxText refuses the run.
-``tests/test_estimates_sharding.py`` compares it with ``gke_ray_tpu.core.estimates``.
+``tests/test_estimates_sharding.py`` compares it with ``gke_ray_tpu.core.sharding``.
 """
 
 from __future__ import annotations

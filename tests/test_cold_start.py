@@ -48,7 +48,7 @@ def _platform_wheel(package: dict) -> dict:
 
 def test_the_chips_wait_at_the_stacks_price_and_an_unpriced_region_gets_bytes_only(dev_config):
     on_demand = lines(dev_config)["without"]
-    # 32 v6e chips on demand in us-east5 at $2.70/chip-hour (core.estimates.prices), for the line's own seconds.
+    # 32 v6e chips on demand in us-east5 at $2.70/chip-hour (core.prices), for the line's own seconds.
     assert abs(on_demand[5] - 32 * 2.70 * on_demand[4] / 3600) <= 0.01 + 32 * 2.70 / 3600
     spot = lines(with_keys(dev_config, capacity="spot"))["without"]
     assert spot[5] < on_demand[5]

@@ -4,7 +4,7 @@ Whatever a user writes into ``Pulumi.<stack>.yaml``, the program either refuses
 it with the project's own ConfigError naming a config key the user sets (and
 registers no resource at all), or every resource it registers passes the naming
 rules of the API that receives it. The rules below are this test's own oracle,
-written from Google's and Kubernetes' documentation (see gke_ray_tpu/core/naming.py for the
+written from Google's and Kubernetes' documentation (see core/naming.py for the
 sources), not imported from the code under test.
 """
 
@@ -22,7 +22,7 @@ from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.kuberay import ray_job_problems
 from gke_ray_tpu.stack.config import NAMESPACE, RETIRED_KEYS, StackConfig, parse_stack_config
 from gke_ray_tpu.stack.mock_engine import OfflineRun, run_offline
-from gke_ray_tpu.stack import xla_check
+from gke_ray_tpu.preflight import xla_check
 from gke_ray_tpu.stack.preflight import check_planned_run
 from gke_ray_tpu.stack.wiring import planned_ray_cluster
 

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.maxtext import BASE_DEFAULTS, DTYPES, OPTIMIZERS, REMAT_POLICIES, check_settings, parse_value, render
-from gke_ray_tpu.core.estimates.memory import MODELLED_REMAT_POLICIES
+from gke_ray_tpu.preflight.memory import MODELLED_REMAT_POLICIES
 
 
 def test_base_defaults_are_the_installed_base_yml():

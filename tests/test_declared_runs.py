@@ -53,7 +53,7 @@ def test_the_rayjob_runs_exactly_what_the_submit_command_would(dev_run, rayjob):
     archive = dev_run.one(BUCKET_OBJECT).inputs
     assert code == f"/data/{archive['name']}" and archive["name"].startswith("_code/gke-ray-tpu-")
     assert archive["bucket"] == "my-tpu-project-maxtext-checkpoints" and archive["contentType"] == "application/zip"
-    assert sorted(archive["source"].assets) == sorted(package_files())  # gke_ray_tpu/core/ and gke_ray_tpu/training/, nothing else
+    assert sorted(archive["source"].assets) == sorted(package_files())  # core/ and training/, nothing else
     assert dev_run.outputs["runs"] == [{
         "name": "baseline-8b", "submissionId": rayjob["spec"]["jobId"],
         "checkpointDir": "gs://my-tpu-project-maxtext-checkpoints/baseline-8b/checkpoints",

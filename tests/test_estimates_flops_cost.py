@@ -5,14 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gke_ray_tpu.core.errors import ConfigError
-from gke_ray_tpu.core.estimates import (
-    DEFAULT_MFU,
-    chip_price,
-    cost_per_hour,
-    estimate_cost,
-    estimate_step_time,
-    training_tflops_per_device,
-)
+from gke_ray_tpu.core.prices import chip_price
+from gke_ray_tpu.preflight.cost import cost_per_hour, estimate_cost
+from gke_ray_tpu.preflight.flops import DEFAULT_MFU, estimate_step_time, training_tflops_per_device
 from gke_ray_tpu.core.tpu_catalogue import slice_shape
 
 V6E_4X4 = slice_shape("v6e", "4x4")

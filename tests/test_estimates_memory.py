@@ -26,9 +26,10 @@ from __future__ import annotations
 import pytest
 
 from gke_ray_tpu.core.errors import ConfigError
-from gke_ray_tpu.core.estimates import ESTIMATE_OVER_XLA, MODELLED_REMAT_POLICIES, NoEstimate, estimate_hbm, estimate_hbm_from_config
-from gke_ray_tpu.core.estimates.memory import OUTPUT_HEAD, HbmBreakdown, kept_by_backward
-from gke_ray_tpu.core.estimates.models import get_model
+from gke_ray_tpu.core.models import NoEstimate
+from gke_ray_tpu.preflight.memory import estimate_hbm, estimate_hbm_from_config, ESTIMATE_OVER_XLA, MODELLED_REMAT_POLICIES
+from gke_ray_tpu.preflight.memory import OUTPUT_HEAD, HbmBreakdown, kept_by_backward
+from gke_ray_tpu.core.models import get_model
 from gke_ray_tpu.core.tpu_catalogue import slice_shape
 
 V6E_4X4 = slice_shape("v6e", "4x4")

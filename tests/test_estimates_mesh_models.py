@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from gke_ray_tpu.core.errors import ConfigError
-from gke_ray_tpu.core.estimates import COMPILE_CHECK, NoEstimate, get_model, model_shape, modelled_models, resolve_mesh
-from gke_ray_tpu.core.estimates.sharding import check_sharding
+from gke_ray_tpu.core.models import COMPILE_CHECK, get_model, model_shape, modelled_models, NoEstimate
+from gke_ray_tpu.preflight.mesh import resolve_mesh
+from gke_ray_tpu.core.sharding import check_sharding
 from gke_ray_tpu.core.job_spec import build_job
 from gke_ray_tpu.core.maxtext import installed
 from gke_ray_tpu.core.presets import get_preset
@@ -178,7 +179,7 @@ def test_unknown_parallelism_key_and_bad_value():
 def test_reading_shapes_from_maxtext_imports_neither_maxtext_nor_jax():
     """The estimate runs inside pulumi preview: MaxText's configs are read as files, never imported."""
     code = (
-        "import sys; from gke_ray_tpu.core.estimates import estimate_hbm_from_config, modelled_models;"
+        "import sys; from gke_ray_tpu.preflight.memory import estimate_hbm_from_config; from gke_ray_tpu.core.models import modelled_models;"
         "from gke_ray_tpu.core.tpu_catalogue import slice_shape;"
         "estimate_hbm_from_config({'model_name': 'mistral-7b'}, slice_shape('v6e', '4x4'), 2); modelled_models();"
         "print(sorted(m for m in ('jax', 'maxtext') if m in sys.modules) or 'none')"

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gke_ray_tpu.core.estimates import MODELLED_REMAT_POLICIES, estimate_hbm, modelled_models
+from gke_ray_tpu.core.models import modelled_models
+from gke_ray_tpu.preflight.memory import estimate_hbm, MODELLED_REMAT_POLICIES
 from gke_ray_tpu.core.tpu_catalogue import slice_shape
 
 V6E_4X4 = slice_shape("v6e", "4x4")

@@ -1,7 +1,7 @@
 """The sharding check against the code that refuses a run: MaxText's own train state and rule tables, flax's
 rule assignment and JAX's device mesh, each read from what is installed, not copied.
 
-Each test compares ``gke_ray_tpu.core.estimates`` (no JAX, no MaxText import) with the installed platform
+Each test compares ``gke_ray_tpu.core.sharding`` (no JAX, no MaxText import) with the installed platform
 on the same input, so a change on either side (a new weight in a MaxText layer, a rule in its base.yml, a
 new way JAX lays out a torus) fails here.
 """
@@ -18,9 +18,9 @@ from types import SimpleNamespace
 import pytest
 
 from gke_ray_tpu.core.errors import ConfigError
-from gke_ray_tpu.core.estimates import modelled_models
-from gke_ray_tpu.core.estimates.models import MODELLED_DECODER_BLOCKS, model_shape
-from gke_ray_tpu.core.estimates.sharding import (
+from gke_ray_tpu.core.models import modelled_models
+from gke_ray_tpu.core.models import MODELLED_DECODER_BLOCKS, model_shape
+from gke_ray_tpu.core.sharding import (
     _undersharded_refusal, check_sharding, logical_to_mesh, physical_mesh, run_mesh, unassignable_axis,
 )
 from gke_ray_tpu.core.job_spec import build_job

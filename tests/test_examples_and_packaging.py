@@ -51,6 +51,8 @@ def test_wheel_ships_every_package_and_the_presets(tmp_path):
         "gke_ray_tpu/components/ray_tpu_cluster.py",
         "gke_ray_tpu/core/tpu_catalogue.py",
         "gke_ray_tpu/core/presets/llama3-8b.yml",
+        "gke_ray_tpu/preflight/memory.py",
+        "gke_ray_tpu/preflight/xla_compile.py",
         "gke_ray_tpu/stack/config.py",
         "gke_ray_tpu/training/worker/trainer.py",
         # The workers' image's build context: a WorkerImage of an installed library builds from it.
@@ -63,6 +65,8 @@ def test_wheel_ships_every_package_and_the_presets(tmp_path):
     assert not [n for n in names if n.startswith("tests/") or n.endswith(".json")]  # test data stays out
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target), str(wheel)], check=True)
+    # The folders at the repository's root install under gke_ray_tpu only: no bare core, stack or training module.
+    assert sorted(path.name for path in target.iterdir() if not path.name.endswith(".dist-info")) == ["gke_ray_tpu"]
     code = (
         "from gke_ray_tpu.components import DcnNetworks, TpuSliceNodePool, GcsWorkloadIdentity, RayTpuCluster;"
         "from gke_ray_tpu.core.presets import PRESETS; print(sorted(PRESETS) == ['llama3-70b', 'llama3-8b', 'llama3-8b-elastic', 'tiny-cpu'], DcnNetworks.__module__)"

@@ -1,6 +1,6 @@
 """Property-based battery over MaxText overrides: refused here naming a key, or taken by MaxText's own loader.
 
-Hypothesis draws override maps for the tiny preset (gke_ray_tpu/core/presets/tiny-cpu.yml) from known keys with
+Hypothesis draws override maps for the tiny preset (core/presets/tiny-cpu.yml) from known keys with
 values MaxText takes, known keys with values a rule here refuses, and unknown keys one edit away from a
 key of MaxText's base.yml. Each map is either refused by ``build_job`` (what the submit command and the
 stack's runs call) with one ConfigError naming a key of the map or of the preset, or accepted, and then

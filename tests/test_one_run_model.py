@@ -20,7 +20,7 @@ import yaml
 from gke_ray_tpu.core import kueue, ray_job as builder
 from gke_ray_tpu.core.kuberay import ray_job_problems
 from gke_ray_tpu.stack.mock_engine import load_stack_file, run_offline
-from tests.conftest import REPO_ROOT, with_keys
+from tests.conftest import REPO_ROOT, source_files, with_keys
 from tests.fakes import FakeJobsClient
 from tests.schemas import validate_ray_cluster, validate_ray_job
 from tests.test_stack_dev import RAYJOB
@@ -133,6 +133,6 @@ def test_every_rayjob_comes_from_the_one_builder_and_passes_kuberays_and_kueues_
 
 def test_no_module_but_the_builder_writes_a_rayjob():
     """A RayJob is a builder's dict: nothing else in the package spells one out."""
-    writers = [path.relative_to(REPO_ROOT) for path in sorted((REPO_ROOT / "gke_ray_tpu").rglob("*.py"))
+    writers = [path.relative_to(REPO_ROOT) for path in source_files()
                if '"kind": "RayJob"' in path.read_text()]
-    assert [str(path) for path in writers] == ["gke_ray_tpu/core/ray_job.py"]
+    assert [str(path) for path in writers] == ["core/ray_job.py"]

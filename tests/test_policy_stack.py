@@ -2,7 +2,7 @@
 
 Two things are checked here that hand-written props cannot prove:
 
-* the stack program (``__main__.py`` + ``gke_ray_tpu/components/``) passes every rule, in
+* the stack program (``__main__.py`` + ``components/``) passes every rule, in
   ``dev`` and in a ``prod`` stack, and a ``prod`` stack that turns deletion
   protection off fails exactly the one rule;
 * the camelCase property names and type tokens the rules read are the ones

@@ -55,7 +55,7 @@ def _strings(*names: str) -> dict[str, str]:
     return dict.fromkeys(names, "string")
 
 
-# Written from gke_ray_tpu/components/*.py: <Name>Args fields (NotRequired = optional) and the class-level output annotations.
+# Written from components/*.py: <Name>Args fields (NotRequired = optional) and the class-level output annotations.
 CONTRACT = {
     "DcnNetworks": Contract(
         inputs={**_strings("region", "namePrefix"), "cidrs": NAMES, "project": "string", "mtu": "integer"},
@@ -314,7 +314,7 @@ def test_the_complex_types_are_the_network_and_the_component_refs(schema):
     assert all(node["description"].strip() for node in network["properties"].values())
 
 
-# A component that takes another is declared with the other's ref type (gke_ray_tpu/components/_refs.py says why):
+# A component that takes another is declared with the other's ref type (components/_refs.py says why):
 # ref type -> (the component it stands for, the consumer and its input, the fields that take outputs, and whose).
 REFS = {
     "GcsWorkloadIdentityRef": ("GcsWorkloadIdentity", [("RayTpuCluster", "workloadIdentity")],

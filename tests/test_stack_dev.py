@@ -7,7 +7,7 @@ import hashlib
 import pytest
 import yaml
 
-from gke_ray_tpu.components.ray_manifests import ALL_GATHER_FUSION
+from gke_ray_tpu.core.libtpu_flags import ALL_GATHER_FUSION
 from gke_ray_tpu.stack.mock_engine import MOCK_CHANNEL_VERSIONS, MOCK_PROJECT_NUMBER
 from gke_ray_tpu.stack.resource_tree import with_integers
 from tests.schemas import validate_core, validate_ray_cluster

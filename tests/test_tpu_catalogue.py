@@ -71,7 +71,7 @@ def test_unknown_generation_lists_the_known_ones():
 
 def test_core_imports_without_pulumi_ray_or_jax():
     code = (
-        "import sys, gke_ray_tpu.core.tpu_catalogue, gke_ray_tpu.core.job_spec, gke_ray_tpu.core.estimates, gke_ray_tpu.core.gke, gke_ray_tpu.core.naming;"
+        "import sys, gke_ray_tpu.core.tpu_catalogue, gke_ray_tpu.core.job_spec, gke_ray_tpu.core.sharding, gke_ray_tpu.preflight.memory, gke_ray_tpu.preflight.cost, gke_ray_tpu.core.gke, gke_ray_tpu.core.naming;"
         "print(sorted(m for m in ('pulumi', 'ray', 'jax') if m in sys.modules) or 'none')"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)

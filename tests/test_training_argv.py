@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +13,8 @@ from gke_ray_tpu.core.job_spec import DEFAULT_CONFIG, JobSpec, build_job, parse_
 from gke_ray_tpu.core.presets import PRESETS, get_preset
 from gke_ray_tpu.training.driver import stack_outputs
 from gke_ray_tpu.training.driver.request import SubmitRequest
-from gke_ray_tpu.training.driver.submission import SHIPPED, Submission, for_cluster, for_local
+from gke_ray_tpu.core.code_archive import package_files
+from gke_ray_tpu.training.driver.submission import Submission, for_cluster, for_local
 from gke_ray_tpu.training.worker import trainer
 
 # The MaxText part of the tutorial's `ray job submit ... -- python maxtext_multi_slice_trainer.py`
@@ -76,10 +78,12 @@ def test_70b_on_the_dev_stack_is_the_tutorial_command_writing_to_the_bucket(dev_
         DEFAULT_CONFIG, "base_output_directory=gs://my-tpu-project-maxtext-checkpoints/", *TUTORIAL_70B[1:-1],
         CACHE, TUTORIAL_70B[-1],
     ]
-    # Only the two packages the job imports travel, not the repository.
-    assert [path.rsplit("/", 1)[1] for path in p.runtime_env["py_modules"]] == ["gke_ray_tpu"]
-    assert {"/components/", "/stack/"} <= set(p.runtime_env["excludes"])
-    assert p.runtime_env["py_modules"] == SHIPPED and "working_dir" not in p.runtime_env
+    # Only the two packages the job imports travel, not the repository: the code archive's files, as a folder.
+    [shipped] = p.runtime_env["py_modules"]
+    assert Path(shipped).name == "gke_ray_tpu" and "working_dir" not in p.runtime_env
+    assert sorted(path.name for path in Path(shipped).iterdir()) == ["__init__.py", "core", "training"]
+    staged = {path.relative_to(Path(shipped).parent).as_posix() for path in Path(shipped).rglob("*") if path.is_file()}
+    assert staged == set(package_files())
     assert p.runtime_env["env_vars"] == {"RAY_TRAIN_V2_ENABLED": "1", "RAY_DEDUP_LOGS": "0",
                                          "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "20"}
     assert p.checkpoints == "gs://my-tpu-project-maxtext-checkpoints/rayjob-multi-slice-70b-fsdp/checkpoints"

@@ -1,4 +1,4 @@
-"""The TPU workers' lock (gke_ray_tpu/core/worker_env): the same JAX, libtpu, MaxText, Orbax and Ray as the compile
+"""The TPU workers' lock (core/worker_env): the same JAX, libtpu, MaxText, Orbax and Ray as the compile
 check and the local run, complete, wheels for the pods' platform; and install.py, the image's build step, run here
 into a fresh virtual environment on a lock of wheels made here (no network: the real lock is installed by
 bench/bench_lock_install.py)."""
@@ -233,14 +233,14 @@ def other_lock(tmp_path, monkeypatch):
 
 
 def test_the_compile_check_compiles_with_the_locks_compiler_or_not_at_all(other_lock):
-    from gke_ray_tpu.stack.xla_check import CompileCheckError, versions
+    from gke_ray_tpu.preflight.xla_check import CompileCheckError, versions
 
     with pytest.raises(CompileCheckError, match=r"libtpu 0\.0\.50\.1 \(the pods' lock: 0\.0\.52\)"):
         versions()
 
 
 def test_the_compile_checks_verdict_names_the_locks_compiler():
-    from gke_ray_tpu.stack.xla_check import versions
+    from gke_ray_tpu.preflight.xla_check import versions
 
     assert versions() == {name: metadata.version(name) for name in ("maxtext", "libtpu", "jax", "jaxlib")}
     assert versions()["libtpu"] == worker_env.locked_versions(["libtpu"])["libtpu"] == "0.0.50.1"

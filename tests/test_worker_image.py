@@ -40,8 +40,8 @@ def test_the_dev_stack_builds_the_lock_onto_rays_image_and_pushes_it_to_a_reposi
     image = dev_run.one(IMAGE)
     assert image.inputs["push"] is True and image.inputs["platforms"] == ["linux/amd64"]
     assert image.inputs["buildArgs"] == {"BASE_IMAGE": "rayproject/ray:2.60.0-py312"}
-    assert image.inputs["context"] == {"location": "gke_ray_tpu/core/worker_env"}
-    assert image.inputs["dockerfile"] == {"location": "gke_ray_tpu/core/worker_env/Dockerfile"}
+    assert image.inputs["context"] == {"location": "core/worker_env"}
+    assert image.inputs["dockerfile"] == {"location": "core/worker_env/Dockerfile"}
     (tag,) = image.inputs["tags"]
     assert tag.startswith("us-east5-docker.pkg.dev/my-tpu-project/ray-tpu-multislice-images/ray-tpu-worker:lock-")
     # Pushed with a token of the gcp provider's credentials, never a key in the program, and kept secret in the state.

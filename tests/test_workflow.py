@@ -166,7 +166,7 @@ def test_pr_preview_asks_xla_about_every_declared_run(workflow):
     config = yaml.safe_load(pulumi_step(job)["with"]["config-map"])
     assert config == {config_key("compile_check"): {"value": "true", "secret": False}}
     (cache,) = steps_using(job, "actions/cache")
-    # The compile check's default cache dir (gke_ray_tpu.stack.xla_check.cache_dir), restored before preview runs.
+    # The compile check's default cache dir (gke_ray_tpu.preflight.xla_check.cache_dir), restored before preview runs.
     assert cache["with"]["path"] == "~/.cache/gke-ray-tpu/compile-check"
     assert cache["with"]["restore-keys"] == "compile-check-${{ matrix.stack }}-"
     assert index_of(job, lambda s: s is cache) < index_of(job, lambda s: s.get("uses", "").startswith("pulumi/actions@"))

@@ -22,12 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from gke_ray_tpu.components.ray_manifests import TUTORIAL_XLA_FLAGS
+from gke_ray_tpu.core.libtpu_flags import TUTORIAL_XLA_FLAGS
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.job_spec import DATA_MOUNT, build_job
 from gke_ray_tpu.core.presets import get_preset
 from gke_ray_tpu.core.tpu_catalogue import GENERATIONS, slice_shape
-from gke_ray_tpu.stack import preview, xla_check, xla_compile
+from gke_ray_tpu.preflight import xla_check, xla_compile
+from gke_ray_tpu.stack import preview
 from gke_ray_tpu.stack.config import parse_stack_config
 from gke_ray_tpu.stack.mock_engine import OfflineRun, run_offline
 from tests.conftest import with_keys
@@ -291,7 +292,7 @@ def test_the_pods_flags_less_their_network_interfaces_go_to_the_small_model_besi
 
 def test_the_small_model_takes_the_runs_mesh_and_splits_evenly_on_it():
     """Every dimension the mesh splits is a multiple of its shards, so the small model shards as the run does."""
-    from gke_ray_tpu.core.estimates.sharding import check_sharding
+    from gke_ray_tpu.core.sharding import check_sharding
 
     for overrides, shape in (({}, slice_shape("v6e", "4x4")),
                              ({"ici_fsdp_parallelism": 1, "ici_tensor_parallelism": 8}, slice_shape("v5p", "2x2x2")),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gke_ray_tpu.stack.xla_live_set import live_set_at_peak
+from gke_ray_tpu.preflight.xla_live_set import live_set_at_peak
 
 DUMP = Path(__file__).parent / "fixtures" / "xla_dump"
 GIB = 2**30
