@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 import tomllib
 
-from gke_ray_tpu.core import cold_start, worker_env
+from gke_ray_tpu.core import worker_env
+from gke_ray_tpu.preflight import cold_start
 from gke_ray_tpu.stack import preview
 from gke_ray_tpu.stack.cold_start import check_cold_start
 from gke_ray_tpu.stack.config import parse_stack_config
