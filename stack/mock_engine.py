@@ -8,7 +8,7 @@ can assert on the dependency graph and on what ``pulumi destroy`` would do.
 The Docker daemon that building the workers' image needs where ``pulumi up`` runs is
 stood in too: ``docker-build:host`` points at a socket of this process that answers
 Docker's ``GET /_ping`` (:class:`MockGke` ``docker_daemon``), so the program's own probe
-runs, and nothing outside this machine is asked.
+runs where an update (``preview=False``) builds, and nothing outside this machine is asked.
 """
 
 from __future__ import annotations

@@ -130,12 +130,13 @@ def test_the_stack_image_leaves_the_tpu_workers_nothing_to_install_and_rays_imag
 # -- install.py: the image's build step, run on wheels made here ------------------------------------------------
 
 
-def make_wheel(directory: Path, name: str, version: str) -> Path:
-    """A pure-Python wheel of ``name`` (one module that knows its version)."""
+def make_wheel(directory: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
+    """A pure-Python wheel of ``name`` (one module that knows its version) that requires ``requires``."""
     dist = f"{name}-{version}.dist-info"
+    requirements = "".join(f"Requires-Dist: {requirement}\n" for requirement in requires)
     files = {
         f"{name}.py": f"VERSION = {version!r}\n",
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{requirements}",
         f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = [f"{path},sha256={_b64(hashlib.sha256(text.encode()).digest())},{len(text.encode())}" for path, text in files.items()]
@@ -217,6 +218,87 @@ def test_install_py_refuses_a_wheel_whose_sha256_is_not_the_locks(venv, wheels, 
     assert result.returncode != 0
     assert "THESE PACKAGES DO NOT MATCH THE HASHES" in result.stderr
     assert "tpu_dep_a" not in versions_in(venv)
+
+
+# -- install.py over Ray's image ------------------------------------------------------------------------------------
+
+RAY_IMAGE_PIP = {"urllib3": "1.26.20", "protobuf": "6.33.6", "msgpack": "1.1.2", "click": "8.3.2", "filelock": "3.29.0",
+                 "jsonschema": "4.24.1", "packaging": "26.1", "pyyaml": "6.0.3", "requests": "2.33.1"}
+"""Ray's wheel's dependencies as Ray's image has them, pip-installed beside Ray (Ray's published freeze of its image,
+``doc/source/ray-overview/pip_freeze_ray-py310-cpu.txt`` at Ray 2.58.0, the newest Ray publishes)."""
+RAY_IMAGE_CONDA = {"tqdm": "4.67.1"}
+"""What conda installed in the image's prefix before Ray (the same freeze: ``tqdm @ file:///home/conda/feedstock_root/...``)."""
+
+
+def conda_installed(python: Path, name: str) -> None:
+    """Mark ``name``'s distribution as conda's packages leave it: INSTALLER ``conda`` and a direct_url.json naming the
+    feedstock it was built from (what makes ``pip freeze`` print ``tqdm @ file:///home/conda/...``)."""
+    script = ("import importlib.metadata as m, sys; d = m.distribution(sys.argv[1]); print(d._path)")
+    dist_info = Path(subprocess.run([str(python), "-c", script, name], capture_output=True, text=True,
+                                    check=True).stdout.strip())
+    (dist_info / "INSTALLER").write_text("conda\n")
+    (dist_info / "direct_url.json").write_text(json.dumps(
+        {"url": f"file:///home/conda/feedstock_root/build_artifacts/{name}_1735661334605/work", "dir_info": {}}))
+
+
+@pytest.fixture()
+def ray_image(tmp_path) -> Path:
+    """A Python 3.12 prefix laid out as ``rayproject/ray``'s ``/home/ray/anaconda3``: conda's packages first, then
+    Ray's own wheel (ray 2.60.0, with the requirements of Ray's real wheel as this environment has them) and its
+    dependencies at the image's versions; the lock goes on top, as the Dockerfile's RUN puts it."""
+    assert sys.version_info[:2] == (3, 12)  # the image's Python, and the lock's
+    python = tmp_path / "anaconda3" / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "venv", str(python.parent.parent)], check=True)
+    base = tmp_path / "ray-image-wheels"
+    base.mkdir()
+    ray_requires = tuple(r for r in metadata.requires("ray") if "extra ==" not in r)
+    assert {canonicalize_name(Requirement(r).name) for r in ray_requires} == set(RAY_IMAGE_PIP) - {"urllib3"}
+    layers = [[make_wheel(base, name, version) for name, version in RAY_IMAGE_CONDA.items()],
+              [make_wheel(base, "ray", metadata.version("ray"), ray_requires),
+               *(make_wheel(base, name, version) for name, version in RAY_IMAGE_PIP.items())]]
+    for index, layer in enumerate(layers):
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                        "--disable-pip-version-check", *map(str, layer)], check=True)
+        if index == 0:
+            for name in RAY_IMAGE_CONDA:
+                conda_installed(python, name)
+    return python
+
+
+def installers(python: Path) -> dict[str, str]:
+    script = ("import importlib.metadata as m, json; print(json.dumps({d.metadata['Name']: (d.read_text('INSTALLER') "
+              "or '').strip() for d in m.distributions()}))")
+    return json.loads(subprocess.run([str(python), "-c", script], capture_output=True, text=True, check=True).stdout)
+
+
+def test_install_py_over_rays_image_replaces_what_differs_keeps_the_rest_and_checks_the_whole(ray_image, tmp_path):
+    wheels = tmp_path / "lock-wheels"
+    wheels.mkdir()
+    locked = {"ray": metadata.version("ray"), "msgpack": "1.1.2", **worker_env.locked_versions(
+        ["protobuf", "urllib3", "tqdm", "libtpu"])}
+    lock = write_lock(tmp_path / "pylock.toml", [make_wheel(wheels, name, version) for name, version in locked.items()])
+    result = run_install(ray_image, lock, wheels)
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = versions_in(ray_image)
+    assert {name: found[name] for name in locked} == locked
+    # What the image has at the locked version is left as it is; what differs is replaced, conda's package too.
+    (installed,) = [line for line in result.stdout.splitlines() if line.startswith("Successfully installed")]
+    assert sorted(installed.split()[2:]) == sorted(f"{name}-{locked[name]}" for name in ("libtpu", "protobuf", "tqdm",
+                                                                                          "urllib3"))
+    assert installers(ray_image)["tqdm"] == "pip"
+    assert "No broken requirements found." in result.stdout
+
+
+def test_install_py_over_rays_image_fails_the_build_when_the_lock_breaks_what_it_leaves(ray_image, tmp_path):
+    """Ray's wheel asks for msgpack<2.0.0: a lock that moved msgpack past it, beside the image's Ray, would
+    install; ``pip check`` stops the build with the line naming both."""
+    wheels = tmp_path / "lock-wheels"
+    wheels.mkdir()
+    lock = write_lock(tmp_path / "pylock.toml", [make_wheel(wheels, "msgpack", "2.0.0")])
+    result = run_install(ray_image, lock, wheels)
+    assert result.returncode != 0
+    assert f"ray {metadata.version('ray')} has requirement msgpack<2.0.0,>=1.0.0, but you have msgpack 2.0.0." in (
+        result.stdout)
 
 
 @pytest.fixture()
