@@ -1,7 +1,12 @@
 """The build daemon found as pulumi-docker-build 0.0.22's Docker client finds it (gke_ray_tpu.components.docker_daemon),
 asked over the network as Docker's client asks it: a TLS daemon on 127.0.0.1 that wants the client's certificate
 (as ``dockerd --tlsverify`` does), Docker context directories laid out as ``docker context create`` writes them, an
-SSH server's banner; and the stack asks only when its update will build."""
+SSH server's banner; and the stack asks only when its update will build.
+
+Held once to Docker's own client (docker 28.2.2 on this machine, 2026-12-06): with DOCKER_TLS_VERIFY and these
+certificates, and with these context directories, it reached this daemon over TLS and asked for its ping and version;
+`docker context ls` listed the context as current at its address; with the other CA it refused the certificate; in
+plain HTTP it printed this daemon's answer as dockerd's ("Client sent an HTTP request to an HTTPS server.")."""
 
 from __future__ import annotations
 
