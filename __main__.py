@@ -19,7 +19,7 @@ from gke_ray_tpu.components.ray_manifests import DASHBOARD_PORT
 from gke_ray_tpu.components.ray_tpu_cluster import RayTpuCluster, served_kuberay
 from gke_ray_tpu.components.tpu_queue import TpuQueue
 from gke_ray_tpu.components.tpu_slice_node_pool import TpuSliceNodePool
-from gke_ray_tpu.components.worker_image import WorkerImage, check_build_daemon
+from gke_ray_tpu.components.worker_image import WorkerImage, check_build_daemon, will_build
 from gke_ray_tpu.core.job_spec import bucket_url
 from gke_ray_tpu.stack import wiring
 from gke_ray_tpu.stack.component_keys import config_keys
@@ -49,8 +49,9 @@ pulumi.StackReference(f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulu
 check_ray_image(cfg, warn=pulumi.log.warn)
 # What a run's TPU hosts pull and install before the first step, with or without the stack's image.
 check_cold_start(cfg, info=pulumi.log.info)
-if cfg.build_image:
-    # The image is built where `pulumi up` runs: without a daemon there, stop before anything is registered.
+if cfg.build_image and will_build():
+    # The image is built where `pulumi up` runs (a preview builds nothing): without a daemon the provider can use
+    # there, stop before anything is registered.
     check_build_daemon(
         f"or set {config_key('build_image')} false (the TPU workers then install the lock at every start; docs/image.md)"
     )

@@ -8,22 +8,23 @@ rolls out as a new digest and an unchanged one changes nothing (pulumi-docker-bu
 when the context's hash, the tags or the build's inputs change, and a pod of an unchanged digest
 is not pulled again on a node that has it).
 
-Building needs a Docker daemon (or a BuildKit builder that docker buildx reaches) where ``pulumi up``
-runs: :func:`check_build_daemon` asks it, at preview too, before anything is registered.
+Building needs a Docker daemon where ``pulumi up`` runs, found as the provider finds it
+(:mod:`gke_ray_tpu.components.docker_daemon`): :func:`check_build_daemon` asks it before anything is registered,
+whenever the update will build (at ``pulumi up``; at preview only with ``build_on_preview``). Each build starts from
+the cache the last one pushed beside the image (``<image>:buildcache``) and pushes its own there.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import socket
 from typing import NotRequired, Optional, Sequence, TypedDict
-from urllib.parse import urlparse
 
 import pulumi
 import pulumi_docker_build as docker_build
 import pulumi_gcp as gcp
 
+from gke_ray_tpu.components import docker_daemon
 from gke_ray_tpu.components._options import child_options
 from gke_ray_tpu.components.ray_tpu_cluster import DEFAULT_IMAGE, check_image
 from gke_ray_tpu.core import worker_env
@@ -34,9 +35,8 @@ BUILT_BY_DEFAULT = True
 DEFAULT_REPOSITORY = "gke-ray-tpu"
 DEFAULT_IMAGE_NAME = "ray-tpu-worker"
 READER_ROLE = "roles/artifactregistry.reader"
-DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
-"""Where Docker's client looks when neither ``docker-build:host`` nor ``DOCKER_HOST`` says otherwise."""
-PROBE_TIMEOUT_S = 3.0
+CACHE_TAG = "buildcache"
+"""The tag, beside the image, of the build cache each build starts from and pushes (BuildKit's registry cache)."""
 _REPOSITORY_ID = re.compile(r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?")
 _IMAGE_NAME = re.compile(r"[a-z0-9]+([._-][a-z0-9]+)*")
 
@@ -62,47 +62,16 @@ class WorkerImageArgs(TypedDict):
     """Build during pulumi preview too (pulumi-docker-build's default; a preview build is never pushed). Default: false: a preview takes seconds, not the minutes of installing the lock."""
 
 
-def docker_host() -> str:
-    """The daemon pulumi-docker-build's client talks to: its ``host`` config, ``DOCKER_HOST``, or Docker's default socket."""
-    return pulumi.Config("docker-build").get("host") or os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
+def will_build(build_on_preview: bool = False) -> bool:
+    """Whether this run of the program builds the image: an update does; a preview only with ``build_on_preview``
+    (pulumi-docker-build 0.0.22 skips the build, and needs no daemon, at a preview without it)."""
+    return build_on_preview or not pulumi.runtime.is_dry_run()
 
 
-def daemon_problem(host: str, timeout_s: float = PROBE_TIMEOUT_S) -> Optional[str]:
-    """Why no Docker daemon answers at ``host`` (its API's ``GET /_ping``), or None when one does.
-
-    ``unix://`` and ``tcp://`` are asked; another scheme (``ssh://``) is left to the provider's own client.
-    """
-    address = urlparse(host)
-    try:
-        if address.scheme == "unix":
-            connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            connection.settimeout(timeout_s)
-            connection.connect(address.path)
-        elif address.scheme == "tcp":
-            connection = socket.create_connection((address.hostname, address.port or 2375), timeout=timeout_s)
-        else:
-            return None
-        with connection:
-            connection.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
-            status = connection.recv(256).split(b"\r\n", 1)[0]
-    except OSError as error:
-        return f"nothing answers at {host} ({error.strerror or error})"
-    if not re.fullmatch(rb"HTTP/1\.[01] 200.*", status):
-        return f"{host} answered {status.decode(errors='replace')!r}, not a Docker daemon's ping"
-    return None
-
-
-def check_build_daemon(instead: str = "or build the image elsewhere and give RayTpuCluster its reference (docs/image.md: Cloud Build)") -> str:
-    """The daemon's address, after asking it; one ConfigError naming what to set when none answers."""
-    host = docker_host()
-    problem = daemon_problem(host)
-    if problem:
-        raise ConfigError(
-            "docker-build:host", host,
-            f"a Docker daemon where `pulumi up` runs, to build the TPU workers' image ({problem}): start Docker, "
-            f"or point DOCKER_HOST or `pulumi config set docker-build:host tcp://<host>:2375` at one, {instead}",
-        )
-    return host
+def check_build_daemon(instead: str = "or build the image elsewhere and give RayTpuCluster its reference (docs/image.md: Cloud Build)") -> docker_daemon.Endpoint:
+    """The daemon the image is built at, after asking it; :class:`~gke_ray_tpu.components.docker_daemon.NoBuildDaemon`
+    (one line naming the setting to change) when none the provider could use answers."""
+    return docker_daemon.check_build_daemon(pulumi.Config("docker-build").get("host"), instead)
 
 
 def check_repository(repository: object, key: str) -> str:
@@ -142,7 +111,8 @@ class WorkerImage(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: WorkerImageArgs, opts: Optional[pulumi.ResourceOptions] = None):
         check_args(args)
-        check_build_daemon()
+        if will_build(args.get("build_on_preview", False)):
+            check_build_daemon()
         super().__init__("gke-ray-tpu:index:WorkerImage", name, None, opts)
         child = child_options(self, opts)
         repository_id = args.get("repository", DEFAULT_REPOSITORY)
@@ -165,14 +135,20 @@ class WorkerImage(pulumi.ComponentResource):
         # A short-lived token of the credentials Pulumi's gcp provider runs with: docker logs in with it for
         # the push, and pulumi-docker-build leaves a new password out of its diff, so it rebuilds nothing.
         token = gcp.organizations.get_client_config_output(opts=pulumi.InvokeOutputOptions(parent=self)).access_token
+        tag = image_tag(args)
+        cache = f"{tag.rsplit(':', 1)[0]}:{CACHE_TAG}"
         self.image = docker_build.Image(
             f"{name}-image",
-            tags=[image_tag(args)],
+            tags=[tag],
             push=True,
             context=docker_build.BuildContextArgs(location=os.path.relpath(worker_env.CONTEXT_DIR)),
             dockerfile=docker_build.DockerfileArgs(location=os.path.relpath(worker_env.DOCKERFILE)),
             build_args={"BASE_IMAGE": args.get("base_image", DEFAULT_IMAGE)},
             platforms=[docker_build.Platform.LINUX_AMD64],
+            # BuildKit's cache in the repository: a rebuild on another machine (a CI runner) starts warm.
+            cache_from=[docker_build.CacheFromArgs(registry=docker_build.CacheFromRegistryArgs(ref=cache))],
+            cache_to=[docker_build.CacheToArgs(registry=docker_build.CacheToRegistryArgs(
+                ref=cache, image_manifest=True, oci_media_types=True))],
             build_on_preview=args.get("build_on_preview", False),
             registries=[docker_build.RegistryArgs(
                 address=registry, username="oauth2accesstoken", password=pulumi.Output.secret(token),

@@ -8,7 +8,7 @@ can assert on the dependency graph and on what ``pulumi destroy`` would do.
 The Docker daemon that building the workers' image needs where ``pulumi up`` runs is
 stood in too: ``docker-build:host`` points at a socket of this process that answers
 Docker's ``GET /_ping`` (:class:`MockGke` ``docker_daemon``), so the program's own probe
-runs, and nothing outside this machine is asked.
+runs where an update (``preview=False``) builds, and nothing outside this machine is asked.
 """
 
 from __future__ import annotations
@@ -78,6 +78,8 @@ class OfflineRun:
     resources: list[RegisteredResource] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
     invokes: list[str] = field(default_factory=list)
+    reads: list[str] = field(default_factory=list)
+    """The type of every existing object the program reads (``Cluster.get``, a CRD, a StackReference)."""
     logs: list[tuple[str, str]] = field(default_factory=list)
     """(level, message) of every ``pulumi.log`` call, as the CLI would print them."""
 
@@ -234,6 +236,10 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
     def __init__(self, mocks: _StackMocks):
         super().__init__(mocks)
         self.run = mocks.run
+
+    def ReadResource(self, request):
+        self.run.reads.append(request.type)
+        return super().ReadResource(request)
 
     def RegisterResource(self, request):
         response = super().RegisterResource(request)

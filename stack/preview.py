@@ -1,7 +1,8 @@
 """Offline preview of a stack for PR reviews: ``python -m gke_ray_tpu.stack.preview [--stack dev]``.
 
 Runs the real ``__main__.py`` against Pulumi's mock engine (no CLI, no cloud,
-no credentials) and prints what ``pulumi up`` would create, the Kubernetes
+no credentials) and prints what ``pulumi up`` would create, the roles its
+identity needs for that (:mod:`gke_ray_tpu.stack.permissions`), the Kubernetes
 manifests it would apply, whether the planned MaxText run's sharding maps onto
 the slices, its estimated HBM per chip, and its cost. The versions GKE offers
 and an existing cluster's settings are the mock engine's (``gke_ray_tpu.stack.mock_engine``),
@@ -36,6 +37,7 @@ from gke_ray_tpu.stack import wiring
 from gke_ray_tpu.stack.cold_start import check_cold_start
 from gke_ray_tpu.stack.config import StackConfig, config_key, parse_stack_config
 from gke_ray_tpu.stack.mock_engine import OfflineRun, load_stack_file, run_offline
+from gke_ray_tpu.stack.permissions import roles_section
 from gke_ray_tpu.stack.preflight import (
     PreflightReport, check_declared_runs, check_idle_cost, check_queue_admits, check_ray_image, check_waiting_cost,
     first_up, planned_job, planned_run, preflight,
@@ -55,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--elastic", action="store_true", help="check (with --compile: compile) every slice count down to elasticMinSlices")
     parser.add_argument(
         "--section",
-        choices=("all", "resources", "manifests", "training"),
+        choices=("all", "resources", "permissions", "manifests", "training"),
         default="all",
         help="print only one part of the preview",
     )
@@ -156,6 +158,8 @@ def _sections(section: str, stack: str, cfg: StackConfig, run: Optional[OfflineR
     if run is not None and section in ("all", "resources"):
         sections.append(render_tree(run, f"Resources of gke-ray-tpu/{stack} (pulumi up would create)"))
         sections.append("Stack outputs:\n" + json.dumps(run.outputs, indent=2))
+    if run is not None and section in ("all", "permissions"):
+        sections.append(roles_section(run))
     if run is not None and section in ("all", "manifests"):
         sections.append("Kubernetes manifests:\n---\n" + manifests_yaml(run))
     if section in ("all", "training"):

@@ -1,11 +1,8 @@
 """The TPU workers' image as code (gke_ray_tpu.components.worker_image) under Pulumi's mocks: the Artifact Registry
-repository, the image built from the lock and pushed, its digest in every Ray pod, image streaming on every pool,
-and the refusal, before anything is registered, where no Docker daemon answers."""
+repository, the image built from the lock and pushed with its build cache beside it, its digest in every Ray pod,
+image streaming on every pool (the daemon check: tests/test_docker_daemon.py)."""
 
 from __future__ import annotations
-
-import socket
-import threading
 
 import pytest
 from pulumi.runtime import rpc
@@ -44,6 +41,13 @@ def test_the_dev_stack_builds_the_lock_onto_rays_image_and_pushes_it_to_a_reposi
     assert image.inputs["dockerfile"] == {"location": "core/worker_env/Dockerfile"}
     (tag,) = image.inputs["tags"]
     assert tag.startswith("us-east5-docker.pkg.dev/my-tpu-project/ray-tpu-multislice-images/ray-tpu-worker:lock-")
+    # Each build starts from the cache the last one pushed beside the image, and pushes its own there (an image
+    # manifest with OCI media types: BuildKit's registry cache in a form Artifact Registry stores).
+    cache = "us-east5-docker.pkg.dev/my-tpu-project/ray-tpu-multislice-images/ray-tpu-worker:buildcache"
+    assert image.inputs["cacheFrom"] == [{"registry": {"ref": cache}}]
+    (cache_to,) = image.inputs["cacheTo"]
+    assert cache_to["registry"]["ref"] == cache
+    assert (cache_to["registry"]["imageManifest"], cache_to["registry"]["ociMediaTypes"]) == (True, True)
     # Pushed with a token of the gcp provider's credentials, never a key in the program, and kept secret in the state.
     registries = image.inputs["registries"]
     assert registries[rpc._special_sig_key] == rpc._special_secret_sig
@@ -94,17 +98,6 @@ def test_image_streaming_is_on_for_every_pool_that_runs_ray_pods(dev_run, run_st
     assert all(p.inputs["nodeConfig"]["gcfsConfig"] == {"enabled": True} for p in scaled.of_type(NODE_POOL))
     off = run_stack(imageStreaming="false")
     assert all(p.inputs["nodeConfig"]["gcfsConfig"] == {"enabled": False} for p in off.of_type(NODE_POOL))
-
-
-def test_without_a_docker_daemon_the_stack_stops_in_one_line_before_registering_anything(dev_config):
-    run = OfflineRun()
-    with pytest.raises(ConfigError) as raised:
-        run_offline(dev_config, run=run, gke=MockGke(docker_daemon=False))
-    message = str(raised.value)
-    assert "\n" not in message and raised.value.key == "docker-build:host"
-    assert "nothing answers at unix:///nonexistent/" in message
-    assert "DOCKER_HOST" in message and "gke-ray-tpu:buildImage false" in message
-    assert run.resources == []
 
 
 def test_without_the_build_the_pods_run_ray_image_and_nothing_is_pushed(dev_config):
@@ -166,32 +159,3 @@ def test_another_stack_builds_the_image_with_its_own_provider_and_hands_the_comp
 
 def _digest_of(run: OfflineRun) -> str:
     return run.one(RAYCLUSTER).inputs["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"].split("@")[1]
-
-
-# -- the daemon probe ----------------------------------------------------------------------------------------------
-
-
-def serve_once(reply: bytes) -> int:
-    """A TCP port on 127.0.0.1 that answers one connection with ``reply``."""
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def answer() -> None:
-        with listener:
-            connection, _ = listener.accept()
-            with connection:
-                connection.recv(1024)
-                connection.sendall(reply)
-
-    threading.Thread(target=answer, daemon=True).start()
-    return listener.getsockname()[1]
-
-
-def test_the_probe_takes_only_a_docker_ping_for_a_daemon():
-    ok = serve_once(b"HTTP/1.1 200 OK\r\nApi-Version: 1.50\r\n\r\nOK")
-    assert worker_image.daemon_problem(f"tcp://127.0.0.1:{ok}") is None
-    other = serve_once(b"HTTP/1.1 404 Not Found\r\n\r\n")
-    assert "not a Docker daemon's ping" in worker_image.daemon_problem(f"tcp://127.0.0.1:{other}")
-    with socket.create_server(("127.0.0.1", 0)) as closed:
-        port = closed.getsockname()[1]
-    assert "nothing answers at tcp://127.0.0.1:" in worker_image.daemon_problem(f"tcp://127.0.0.1:{port}")
-    assert worker_image.daemon_problem("ssh://builder@example") is None  # left to the provider's own client

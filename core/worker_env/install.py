@@ -10,6 +10,10 @@ already has at that version is left as it is, so on Ray's image the packages Ray
 versions are not downloaded again. pip is used, not uv, because uv does not see the packages of the
 Python it installs into when that is a virtual environment over the image's (astral-sh/uv#7358), and
 the image has pip.
+
+Then ``pip check``: on Ray's image the lock replaces packages Ray's image brought at other versions (urllib3,
+protobuf, the ones conda installed), and a package the lock does not hold that requires the old version would
+break at import on the slices; the build fails here instead, with pip's line naming both.
 """
 
 from __future__ import annotations
@@ -58,11 +62,14 @@ def installed_here() -> dict[str, str]:
 
 
 def install(lock: Path, python: str = sys.executable) -> int:
-    """pip's exit status of installing ``lock`` into ``python``."""
+    """pip's exit status of installing ``lock`` into ``python``, then of ``pip check`` of the whole environment."""
     with tempfile.TemporaryDirectory(prefix="worker-env-") as scratch:
         requirements = Path(scratch, "requirements.txt")
         requirements.write_text("".join(requirement_line(p) + "\n" for p in read_lock(lock)))
-        return subprocess.run([python, "-m", "pip", "install", *PIP_OPTIONS, "-r", str(requirements)]).returncode
+        status = subprocess.run([python, "-m", "pip", "install", *PIP_OPTIONS, "-r", str(requirements)]).returncode
+    if status:
+        return status
+    return subprocess.run([python, "-m", "pip", "check", "--disable-pip-version-check"]).returncode
 
 
 if __name__ == "__main__":
