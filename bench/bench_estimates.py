@@ -112,10 +112,12 @@ def job(name: str) -> JobSpec:
                      overrides=overrides, generation=generation, topology=topology)
 
 
-def measure(name: str) -> tuple[str, float, float, str, float, float, str]:
+def measure(name: str, check=compile_check) -> tuple[str, float, float, str, float, float, str]:
+    """One configuration's row: compiled by ``check`` (the compile check; ``recorded.py`` passes XLA's recorded
+    answers)."""
     spec = job(name)
     estimate = estimate_hbm_from_config(spec.maxtext, spec.shape(), SLICES)
-    result = compile_check(request_for_job(spec, libtpu_flags=()))
+    result = check(request_for_job(spec, libtpu_flags=()))
     kind = "peak" if result.fits else "needed" if result.fits is False else "error"
     # The compile's own wall time, kept in the cache with its verdict.
     transient = f"{'head' if estimate.transient_kind == OUTPUT_HEAD else 'layer'} {estimate.transient_gib:.2f}"

@@ -98,13 +98,26 @@ def _logits_op(op: str) -> bool:
     return forward or ("transpose(jvp())/" in op and not op.endswith("dot_general"))
 
 
-def measure(name: str, cell) -> dict:
+def measure(name: str, cell, check=compile_check, recorded=None) -> dict:
+    """One run's row: compiled by ``check`` (the compile check), its live set read from the compile's buffers, or,
+    from ``recorded.py``, XLA's recorded answer and ``recorded(spec)``, the live set as :func:`live_set` read it."""
     spec = _spec(name, cell)
     estimate = estimate_hbm_from_config(spec.maxtext, spec.shape(), spec.slices)
-    result = compile_check(request_for_job(spec, libtpu_flags=()), progress=lambda _: None, timeout_s=3 * 3600)
-    outcome = result.outcome
+    result = check(request_for_job(spec, libtpu_flags=()), progress=lambda _: None, timeout_s=3 * 3600)
     if result.fits is not True:  # no live set: XLA assigned no buffers
         return {"name": name, "refused": result.verdict()}
+    per = estimate.devices_per_chip
+    return {"name": name, "peak": result.peak_hbm_gib, **(recorded(spec) if recorded else live_set(spec, estimate, result)),
+            "estimate": {"state": (estimate.params_gib + estimate.optimizer_gib) / per,
+                         "gradients": estimate.gradients_gib / per, "saved": estimate.activations_gib / per,
+                         "transient": estimate.transient_gib / per, "total": estimate.total_per_device_gib,
+                         "kind": "head" if "head" in estimate.transient_kind else "layer"}}
+
+
+def live_set(spec: JobSpec, estimate, result) -> dict:
+    """The compile's live set at XLA's peak sorted into :data:`ITEMS` (GiB), its logits buffers (GiB each), and
+    ``read``, the live set's bytes over the memory analysis' peak."""
+    outcome = result.outcome
     model = model_shape(spec.maxtext)
     tensor = int(spec.maxtext.get("ici_tensor_parallelism", 1))
     layer_counts = {block.repeats for block in model.blocks}
@@ -120,13 +133,8 @@ def measure(name: str, cell) -> dict:
             logits.append(buffer["bytes"])
     # Buffers under 1 MiB are not kept with the verdict: they are the rest too.
     items["the rest"] += outcome["live_set_bytes"] - sum(b["bytes"] for b in outcome["peak_buffers"])
-    per = estimate.devices_per_chip
-    return {"name": name, "peak": outcome["peak_bytes"] / GIB, "read": outcome["live_set_bytes"] / outcome["peak_bytes"],
-            "items": {k: v / GIB for k, v in items.items()}, "logits": [b / GIB for b in logits],
-            "estimate": {"state": (estimate.params_gib + estimate.optimizer_gib) / per,
-                         "gradients": estimate.gradients_gib / per, "saved": estimate.activations_gib / per,
-                         "transient": estimate.transient_gib / per, "total": estimate.total_per_device_gib,
-                         "kind": "head" if "head" in estimate.transient_kind else "layer"}}
+    return {"read": outcome["live_set_bytes"] / outcome["peak_bytes"], "items": {k: v / GIB for k, v in items.items()},
+            "logits": [b / GIB for b in logits]}
 
 
 def report(group: str, rows: list[dict]) -> None:

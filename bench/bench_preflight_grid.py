@@ -490,14 +490,15 @@ def _xla_verdict(result) -> str:
     return "compiled" if result.fits else "out of HBM"
 
 
-def measure(name: str, cell: Cell) -> dict:
+def measure(name: str, cell: Cell, check=compile_check) -> dict:
+    """One cell's row: compiled by ``check`` (the compile check; ``recorded.py`` passes XLA's recorded answers)."""
     spec, cheap = _job(name, cell)
     try:
         # Per JAX device, as XLA's figures are (a TensorCore of tpu7x).
         estimate = estimate_hbm_from_config(spec.maxtext, spec.shape(), spec.slices).total_per_device_gib
     except ConfigError:
         estimate = None
-    result = compile_check(request_for_job(spec, libtpu_flags=()), progress=lambda _: None, timeout_s=3 * 3600)
+    result = check(request_for_job(spec, libtpu_flags=()), progress=lambda _: None, timeout_s=3 * 3600)
     xla = result.peak_hbm_gib if result.fits is not None else None
     return {"name": name, "cheap": cheap, "xla": _xla_verdict(result), "estimate": estimate, "peak": xla,
             "kind": "peak" if result.fits else "needs", "seconds": result.wall_seconds,

@@ -55,18 +55,20 @@ GROUPS = {"batch": BATCH, "refused-by-estimate": REFUSED_BY_ESTIMATE, "fits-by-e
           "held-out-35d9fab": HELD_OUT_35D9FAB}
 
 
-def _xla(name: str, spec: JobSpec, flags: tuple[str, ...]) -> tuple[float, str, float]:
-    result = compile_check(request_for_job(spec, libtpu_flags=flags), progress=lambda _: None, timeout_s=3 * 3600)
+def _xla(name: str, spec: JobSpec, flags: tuple[str, ...], check) -> tuple[float, str, float]:
+    result = check(request_for_job(spec, libtpu_flags=flags), progress=lambda _: None, timeout_s=3 * 3600)
     if result.fits is None:
         raise SystemExit(f"{name}: XLA refused the run: {result.message.strip()[:200]}")
     return result.peak_hbm_gib, "peak" if result.fits else "needs", result.wall_seconds
 
 
-def measure(name: str, cell: Cell) -> dict:
+def measure(name: str, cell: Cell, check=compile_check) -> dict:
+    """One run's row: compiled twice by ``check`` (the compile check; ``recorded.py`` passes XLA's recorded
+    answers)."""
     spec, _ = _job(name, cell)
     estimate = estimate_hbm_from_config(spec.maxtext, spec.shape(), spec.slices)
-    default, default_kind, default_s = _xla(name, spec, ())
-    need, need_kind, need_s = _xla(name, spec, LEAST_MEMORY)
+    default, default_kind, default_s = _xla(name, spec, (), check)
+    need, need_kind, need_s = _xla(name, spec, LEAST_MEMORY, check)
     return {"name": name, "estimate": estimate.total_per_device_gib, "verdict": estimate.verdict,
             "limit": estimate.usable_gib / estimate.devices_per_chip, "default": default,
             "default_kind": default_kind, "need": need, "need_kind": need_kind, "seconds": (default_s, need_s)}
