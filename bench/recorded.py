@@ -54,7 +54,7 @@ BENCHES = {"bench_estimates": bench_estimates.GROUPS, "bench_preflight_grid": be
 """Each bench's groups of named runs, as the bench defines them."""
 HELD_OUT = "held-out"
 """The grid's rounds are its groups named ``held-out`` and ``held-out-<commit>``."""
-PAGES = {"bench/README.md": ("groups", "rounds", "counts"), "docs/preflight.md": ("band",)}
+PAGES = {"bench/README.md": ("groups", "rounds", "counts"), "docs/preflight.md": ("band", "tutorial")}
 """The blocks each page holds, between ``<!-- recorded.py: NAME -->`` and ``<!-- /recorded.py -->``."""
 
 
@@ -315,16 +315,40 @@ def render_band() -> str:
             f"{last.at_commit['low']:.2f} to {last.at_commit['high']:.2f} times XLA's figure; the goal is 90%).")
 
 
-RENDER = {"groups": render_groups, "rounds": render_rounds, "counts": render_counts, "band": render_band}
-BLOCK = re.compile(r"(<!-- recorded\.py: (\w+) -->\n)(.*?)(\n<!-- /recorded\.py -->)", re.S)
+TUTORIAL = {
+    "8b-v6e-pdbs4-full": "Llama 3 8B baseline",
+    "70b-v6e-tutorial": "Llama 3 70B as the tutorial writes it (float32 weights, pdbs 2)",
+    "70b-v6e-bf16-pdbs1-full": "Llama 3 70B, `weight_dtype=bfloat16 per_device_batch_size=1`",
+    "70b-v6e-bf16-pdbs1-save_qkv_proj": "the same, remat `save_qkv_proj`",
+    "70b-v6e-bf16-pdbs1-save_dot_except_mlp": "the same, remat `save_dot_except_mlp`",
+}
+"""The tutorial's runs on its 2 x v6e-16, as ``bench_estimates.py`` names them."""
+
+
+def render_tutorial() -> str:
+    lines = ["| run (2 x v6e-16) | estimate | its verdict | XLA | XLA's verdict |", "|---|---|---|---|---|"]
+    for name, label in TUTORIAL.items():
+        spec = bench_estimates.job(name)
+        hbm = estimate_hbm_from_config(spec.maxtext, spec.shape(), spec.slices)
+        xla = recorded().check(request(spec))
+        figure = f"{xla.peak_hbm_gib:.2f} {'peak' if xla.fits else 'needed'} of {xla.hbm_limit_gib:.2f}"
+        lines.append(f"| {label} | {hbm.total_per_device_gib:.2f} | {hbm.verdict} | {figure} | "
+                     f"{'fits' if xla.fits else 'does not fit'} |")
+    return "\n".join(lines)
+
+
+RENDER = {"groups": render_groups, "rounds": render_rounds, "counts": render_counts, "band": render_band,
+          "tutorial": render_tutorial}
+BLOCK = re.compile(r"(<!-- recorded\.py: (\w+) -->\n)((?:(?!<!-- /recorded\.py -->).)*)(<!-- /recorded\.py -->)", re.S)
 
 
 def rendered(text: str) -> str:
     """``text`` with each block made again from the data."""
-    return BLOCK.sub(lambda m: m.group(1) + RENDER[m.group(2)]() + m.group(4), text)
+    return BLOCK.sub(lambda m: m.group(1) + RENDER[m.group(2)]() + "\n" + m.group(4), text)
 
 
 def blocks(text: str) -> dict[str, str]:
+    """Each rendered block of ``text`` by name, as it stands."""
     return {m.group(2): m.group(3) for m in BLOCK.finditer(text)}
 
 
