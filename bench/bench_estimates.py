@@ -16,9 +16,8 @@ seven runs chosen and compiled after that term was set, and read for no term sin
 families (each model's shape read from the installed MaxText's ``configs/models/<model_name>.yml``),
 sequence lengths, generations and remat policies. The band
 ``gke_ray_tpu.preflight.memory.ESTIMATE_OVER_XLA`` covers every compiled run of this bench
-and of ``bench_preflight_grid.py``. Each group's line says how many are within 10% of XLA. The measured
-tables, the command and the machine:
-bench/README.md, "The HBM estimate against XLA's compiler".
+and of ``bench_preflight_grid.py``. Each group's line says how many are within 10% of XLA. XLA's answers are
+recorded in bench/data/xla.yaml (the machine and versions in its header); ``recorded.py`` prints the tables.
 """
 
 from __future__ import annotations

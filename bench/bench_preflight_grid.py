@@ -17,8 +17,8 @@ compiles whose live sets the estimate's terms for the new layer kinds come from)
 ``held-out-7ae30a1``, ``held-out-5f8a35e``, ``held-out-dd6e3d8``, ``held-out-35d9fab``, ``held-out-12b0cde``,
 ``held-out-f764038``, ``held-out-7ca0599``, ``held-out-66d7acb`` and ``held-out-35e2037`` (held out from the estimate of that commit,
 then read for the terms of the next change), ``held-out`` (drawn at random after the estimate's last change and compiled after it; used
-for nothing). Results land in the compile check's cache; a second run prints at once. bench/README.md, "Preview's
-verdict against XLA's", has the tables.
+for nothing). Results land in the compile check's cache; a second run prints at once. XLA's answers are recorded in
+bench/data/xla.yaml, and ``recorded.py`` prints the tables from them.
 """
 
 from __future__ import annotations

@@ -88,8 +88,8 @@ exists, or in the first layer's backward, with the layers' gradients, the forwar
 recompute. The terms below count the gradients, two logits buffers (one on v5e, and on v6e with the vocabulary
 unsplit) and the larger of the head's
 and one layer's working set in every run, so their items are not XLA's even where their sum is (the
-tutorial's 8B: 21.86 against 21.84, with one logits buffer at XLA's peak); bench/README.md ("What XLA holds
-at its peak") says which citations hold at the peak.
+tutorial's 8B: 21.86 against 21.84, with one logits buffer at XLA's peak); the live sets' notes
+(``bench/recorded.py --bench bench_live_sets --notes``) say which citations hold at the peak.
 
 Not modelled (rejected with a ConfigError by ``estimate_hbm_from_config``):
 host offload of parameters/optimizer state, gradient accumulation,
@@ -121,9 +121,10 @@ scheduler (no flags; the pods' flags leave the peak alone): 0.687 (Gemma 3 4B on
 tokens: 10.84 GiB, where XLA keeps the unscanned layers' backward buffers beside the scanned layers' and the
 logits) to 1.666 (Gemma 2 2B on 2 x v6e-16, pdbs 10: 48.88 estimated, XLA fits it at 29.35). The
 estimate's terms come from live sets far below the limit, so it overstates most near it, where the verdict
-is decided: the tutorial's 8B is 1.001 at pdbs 4 and 1.448 at pdbs 10 (``bench/bench_xla_need.py``). The 241
-runs of ``bench/bench_estimates.py``, ``bench/bench_preflight_grid.py`` and ``bench/bench_xla_need.py``
-(libtpu 0.0.50.1, MaxText 0.2.5) that bench/README.md lists. A run unlike those may be off by more."""
+is decided: the tutorial's 8B is 1.001 at pdbs 4 and 1.448 at pdbs 10 (``bench/bench_xla_need.py``). The runs
+are those of ``bench/bench_estimates.py``, ``bench/bench_preflight_grid.py`` and ``bench/bench_xla_need.py`` whose
+XLA answers ``bench/data/xla.yaml`` records (libtpu 0.0.50.1, MaxText 0.2.5); ``tests/test_bench_data.py`` holds
+the band to their span. A run unlike those may be off by more."""
 
 LOGIT_BYTES = 2 + 2
 """The bfloat16 logits kept for the loss's backward + their bfloat16 gradient. MaxText casts the logits to float32

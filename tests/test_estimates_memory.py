@@ -8,7 +8,7 @@ grads float32, AdamW mu/nu float32, activations bfloat16, remat full).
 Usable HBM = XLA's limit, 31.24 GiB of a v6e's 32. GiB = 2**30 bytes. A verdict is
 "fits" when total / 0.68 <= 31.24 (total <= 21.24), "does NOT fit" when
 total / 1.67 > 31.24 (total > 52.17), "uncertain" between: the estimate has
-been 0.68-1.67 x XLA's figure (ESTIMATE_OVER_XLA, bench/README.md).
+been 0.68-1.67 x XLA's figure (ESTIMATE_OVER_XLA, over the runs bench/data/xla.yaml records).
 
 Finding (kept as a test, not hidden): the tutorial's 70B command as written
 cannot fit with MaxText's default float32 weights - weights, gradients and
