@@ -9,6 +9,8 @@ no command matches any more, so a new command in the docs gets a line here.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import re
 import shlex
 import subprocess
@@ -95,3 +97,134 @@ def test_each_module_the_docs_run_answers_help(module):
     done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0 and done.stdout.startswith("usage: "), done.stderr[-2000:]
+
+
+# --- What the docs quote from the code -------------------------------------------------------------------------------
+
+READ = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+"""The pages a person reads (bench/README.md is the benches' own guide; tests/test_bench_data.py holds its counts)."""
+
+
+def inline_code(page) -> list[str]:
+    """The page's inline code spans (`...`), outside its fenced blocks."""
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return re.findall(r"`([^`\n]+)`", text)
+
+
+QUOTED = {page.relative_to(REPO_ROOT).as_posix(): inline_code(page) for page in READ}
+
+
+def resolve(dotted: str):
+    """The module, or the module's attribute, a dotted path names: the longest prefix that imports, then attributes."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[cut:]:
+            found = getattr(found, name)
+        return found
+    raise ModuleNotFoundError(dotted)
+
+
+def test_every_module_path_the_docs_quote_imports():
+    quoted = sorted({(page, path) for page, spans in QUOTED.items() for span in spans
+                     for path in re.findall(r"\bgke_ray_tpu(?:\.\w+)+", span)})
+    assert len(quoted) > 20
+    missing = []
+    for page, path in quoted:
+        try:
+            resolve(path)
+        except (ImportError, AttributeError) as error:
+            missing.append(f"{page}: {path} ({error})")
+    assert missing == []
+
+
+ROOT_ENTRIES = {entry.name for entry in REPO_ROOT.iterdir()} - {".git", ".venv", ".pytest_cache"}
+
+
+def defines(path, name: str) -> bool:
+    """``path`` (a Python file) binds ``name`` at its top level: a def, a class or an assignment."""
+    import ast
+
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(target, ast.Name) and target.id == name for target in targets):
+            return True
+    return False
+
+
+def test_every_repository_path_the_docs_quote_exists():
+    """A quoted path whose first part is a file or folder of this repository (``core/prices.py``, ``tests/``,
+    ``core/presets/*.yml``) exists; ``path.py:NAME`` and "`NAME` in `path.py`" name what that file defines."""
+    checked, missing = 0, []
+    for page, spans in QUOTED.items():
+        text = (REPO_ROOT / page).read_text()
+        for span in spans:
+            word = span.split()[0]
+            path, _, name = word.partition(":")
+            if "/" not in path or path.split("/")[0] not in ROOT_ENTRIES or "<" in path:
+                continue
+            checked += 1
+            found = sorted(REPO_ROOT.glob(path)) if "*" in path else [REPO_ROOT / path] if (REPO_ROOT / path).exists() else []
+            if not found:
+                missing.append(f"{page}: {word}")
+            elif name and not defines(found[0], name):
+                missing.append(f"{page}: {word} ({path} defines no {name})")
+        for name, path in re.findall(r"`(\w+)` in `([\w/]+\.py)`", text):
+            checked += 1
+            if not re.search(rf"\b{name}\b", (REPO_ROOT / path).read_text()):
+                missing.append(f"{page}: {name} in {path}")
+    assert checked > 40 and missing == []
+
+
+def test_every_config_key_the_docs_name_is_one_the_stack_reads_or_refuses():
+    from gke_ray_tpu.stack.config import RETIRED_KEYS, StackConfig
+
+    known = {field.alias for field in StackConfig.model_fields.values()} | set(RETIRED_KEYS)
+    named = {f"gke-ray-tpu:{key}" for page in READ for key in re.findall(r"gke-ray-tpu:([A-Za-z]\w*)", page.read_text())}
+    named -= {"gke-ray-tpu:index"}  # the components' type tokens, gke-ray-tpu:index:<Name>
+    assert len(named) > 3 and sorted(named - known) == []
+
+
+OTHER_TOOLS_FLAGS = {
+    "--scale-down-unneeded-time": "the Kubernetes cluster autoscaler",
+    "--enable-queued-provisioning": "gcloud container node-pools create",
+    "--machine-type": "gcloud container node-pools create",
+    "--attribute-condition": "gcloud iam workload-identity-pools providers create-oidc",
+    "--require-hashes": "pip and uv", "--no-deps": "pip and uv", "--only-binary": "pip and uv",
+    "--hash": "a pip and uv requirement line", "--logdir": "tensorboard",
+    "--lose": "bench/bench_elastic_recovery.py",
+}
+"""Flags the docs quote that belong to other tools, and which; libtpu's and XLA's are ``--xla_...`` and
+``--megascale_...``."""
+
+
+@functools.cache
+def cli_help() -> str:
+    return "\n".join(subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO_ROOT, capture_output=True,
+                                    text=True, timeout=300).stdout for module in MODULES)
+
+
+def test_every_flag_the_docs_quote_is_a_flag_of_the_commands_or_of_a_named_tool():
+    flags = {flag for spans in QUOTED.values() for span in spans for flag in re.findall(r"(?<![\w-])--[a-z][\w-]*", span)}
+    for page, command, _ in COMMANDS:
+        if "gke_ray_tpu." in command and page in QUOTED:
+            flags |= set(re.findall(r"(?<![\w-])--[a-z][\w-]*", command))
+    ours = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", cli_help()))
+    theirs = {flag for flag in flags if flag.startswith(("--xla_", "--megascale_"))} | set(OTHER_TOOLS_FLAGS)
+    assert sorted(flags - ours - theirs) == []
+    assert sorted(set(OTHER_TOOLS_FLAGS) - flags) == [], "a flag OTHER_TOOLS_FLAGS lists that no page quotes any more"
+
+
+def test_the_stack_outputs_the_deploy_page_lists_are_the_stacks(dev_run):
+    """deploy.md's "Stack outputs" names every output the program exports, and no other (outside parentheses,
+    which describe them)."""
+    deploy = (REPO_ROOT / "docs" / "deploy.md").read_text()
+    section = deploy[deploy.index("## Stack outputs"):]
+    section = section[:section.index("\n\n", section.index("`pulumi stack output"))]
+    listed = set(re.findall(r"`([a-z][A-Za-z]*)`", re.sub(r"\([^()]*\)", "", section)))
+    assert listed == set(dev_run.outputs)

@@ -85,3 +85,13 @@ def test_every_page_links_every_page_in_its_navigation_line():
         first = page.read_text().splitlines()[0]
         linked = [Path(target).name for target in _LINK.findall(first)]
         assert linked[1:] == listed, page.name
+
+
+WORDS = 15_000
+"""The most the pages a person reads (the README and docs/) may hold together; the benches' guide is apart."""
+
+
+def test_the_pages_a_person_reads_hold_at_most_15000_words():
+    pages = [page for page in PAGES if page.parent.name != "bench"]
+    words = {page.name: len(page.read_text().split()) for page in pages}
+    assert sum(words.values()) <= WORDS, sorted(words.items(), key=lambda item: -item[1])
