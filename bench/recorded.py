@@ -190,12 +190,18 @@ def estimate(spec: JobSpec) -> Optional[float]:
         return None
 
 
-def ratio_of(name: str, spec: JobSpec) -> Optional[Ratio]:
+def answer(name: str) -> XlaResult:
+    """XLA's recorded answer to the named run (compiled with its own scheduler, no flags)."""
+    return recorded().check(request(definitions()[name]))
+
+
+@cache
+def ratio_of(name: str) -> Optional[Ratio]:
     """The estimate over XLA's figure (its peak, or what it says a run it refuses needs); None where either is
     missing."""
-    figure = recorded().check(request(spec))
+    figure = answer(name)
     xla = figure.peak_hbm_gib if figure.fits is not None else None
-    total = estimate(spec)
+    total = estimate(definitions()[name])
     return None if xla is None or total is None else Ratio(name, total, xla)
 
 
@@ -205,7 +211,7 @@ def compiled_runs() -> tuple[Ratio, ...]:
     runs ``ESTIMATE_OVER_XLA`` is taken over, once per configuration."""
     found = []
     for name in load("xla")["runs"]:
-        ratio = ratio_of(name, definitions()[name])
+        ratio = ratio_of(name)
         if ratio:
             found.append(ratio)
     return tuple(found)
@@ -236,7 +242,7 @@ def rounds() -> tuple[Round, ...]:
         if not name.startswith(HELD_OUT):
             continue
         entry = history[name]
-        ratios = tuple(r for r in (ratio_of(cell, definitions()[cell]) for cell in cells) if r)
+        ratios = tuple(r for r in map(ratio_of, cells) if r)
         found.append(Round(name, entry["change"], entry.get("commit", name.removeprefix(HELD_OUT + "-")),
                            len(cells), ratios, entry["at_commit"]))
     return tuple(found)
@@ -248,8 +254,8 @@ def sharding_agreement() -> tuple[int, int]:
     cells = [(name, cell) for group in bench_preflight_grid.GROUPS.values() for name, cell in group.items()]
     agree = 0
     for name, cell in cells:
-        spec, cheap = bench_preflight_grid._job(name, cell)
-        agree += cheap.startswith("refused") == (recorded().check(request(spec)).fits is None)
+        _, cheap = bench_preflight_grid._job(name, cell)
+        agree += cheap.startswith("refused") == (answer(name).fits is None)
     return agree, len(cells)
 
 
@@ -270,9 +276,8 @@ def render_groups() -> str:
              "|---|---|---|---|---|"]
     for bench in ("bench_estimates", "bench_preflight_grid", "bench_xla_need"):
         for group, cells in BENCHES[bench].items():
-            ratios = [r for r in (ratio_of(name, spec_of(bench, name, cell)) for name, cell in cells.items()) if r]
-            answered = sum(recorded().check(request(spec_of(bench, name, cell))).fits is not None
-                           for name, cell in cells.items())
+            ratios = [r for r in map(ratio_of, cells) if r]
+            answered = sum(answer(name).fits is not None for name in cells)
             lines.append(f"| `{bench}` {group} | {len(cells)} | {answered} | "
                          f"{_of(sum(r.within for r in ratios), len(ratios))} | {_span(ratios)} |")
     return "\n".join(lines)
@@ -328,9 +333,9 @@ TUTORIAL = {
 def render_tutorial() -> str:
     lines = ["| run (2 x v6e-16) | estimate | its verdict | XLA | XLA's verdict |", "|---|---|---|---|---|"]
     for name, label in TUTORIAL.items():
-        spec = bench_estimates.job(name)
+        spec = definitions()[name]
         hbm = estimate_hbm_from_config(spec.maxtext, spec.shape(), spec.slices)
-        xla = recorded().check(request(spec))
+        xla = answer(name)
         figure = f"{xla.peak_hbm_gib:.2f} {'peak' if xla.fits else 'needed'} of {xla.hbm_limit_gib:.2f}"
         lines.append(f"| {label} | {hbm.total_per_device_gib:.2f} | {hbm.verdict} | {figure} | "
                      f"{'fits' if xla.fits else 'does not fit'} |")

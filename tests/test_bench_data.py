@@ -33,8 +33,8 @@ def test_a_name_two_benches_use_is_one_run():
 @pytest.mark.parametrize("bench", ["bench_estimates", "bench_preflight_grid", "bench_xla_need"])
 def test_every_cell_of_the_bench_has_xlas_recorded_answer(bench):
     for group, cells in recorded.BENCHES[bench].items():
-        for name, cell in cells.items():
-            spec = recorded.spec_of(bench, name, cell)
+        for name in cells:  # each name is one run, whichever bench names it (the test above)
+            spec = recorded.definitions()[name]
             recorded.recorded().check(recorded.request(spec))  # LookupError names the run
             if bench == "bench_xla_need":
                 recorded.recorded().check(recorded.request(spec, recorded.bench_xla_need.LEAST_MEMORY))
@@ -54,8 +54,8 @@ def test_the_live_sets_are_those_of_the_runs_xla_compiled():
     live = recorded.recorded().live
     wanted = set()
     for group, cells in recorded.bench_live_sets.GROUPS.items():
-        for name, cell in cells.items():
-            req = recorded.request(recorded.spec_of("bench_live_sets", name, cell))
+        for name in cells:
+            req = recorded.request(recorded.definitions()[name])
             if recorded.recorded().check(req).fits:
                 wanted.add(recorded.identity(req))
     assert set(live) == wanted
