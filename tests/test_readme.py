@@ -95,3 +95,29 @@ def test_the_pages_a_person_reads_hold_at_most_15000_words():
     pages = [page for page in PAGES if page.parent.name != "bench"]
     words = {page.name: len(page.read_text().split()) for page in pages}
     assert sum(words.values()) <= WORDS, sorted(words.items(), key=lambda item: -item[1])
+
+
+def quoted_output(page: str, first: str) -> str:
+    """The fenced block of ``page`` whose first line starts with ``first``: output the page quotes."""
+    found = re.search(rf"```\n({re.escape(first)}.*?)\n```", (REPO_ROOT / page).read_text(), flags=re.S)
+    assert found, f"{page} quotes no block starting {first!r}"
+    return found.group(1)
+
+
+def test_the_quoted_cost_and_cold_start_are_what_preview_prints(dev_config):
+    """deploy.md quotes the cost per capacity mode of the dev stack with flex-start, image.md its cold start: the
+    first lines of what preview prints."""
+    from gke_ray_tpu.stack.cold_start import check_cold_start
+    from gke_ray_tpu.stack.config import parse_stack_config
+    from gke_ray_tpu.stack.preflight import check_idle_cost
+    from tests.conftest import with_keys
+
+    said: list[str] = []
+    check_idle_cost(parse_stack_config(with_keys(dev_config, capacity="flex-start")), info=said.append,
+                    warn=lambda _: None)
+    assert any((text + "\n").startswith(quoted_output("docs/deploy.md", "Stack cost per capacity mode") + "\n")
+               for text in said)
+    said.clear()
+    check_cold_start(parse_stack_config(dev_config), info=said.append)
+    assert any((text + "\n").startswith(quoted_output("docs/image.md", "Cold start of each TPU host") + "\n")
+               for text in said)
