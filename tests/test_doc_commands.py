@@ -92,10 +92,15 @@ def test_each_preview_command_of_the_docs_runs_with_the_status_they_say(page, co
         assert "What the first `pulumi up` starts" in capsys.readouterr().out
 
 
+@functools.cache
+def help_of(module: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
 @pytest.mark.parametrize("module", MODULES)
 def test_each_module_the_docs_run_answers_help(module):
-    done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=300)
+    done = help_of(module)
     assert done.returncode == 0 and done.stdout.startswith("usage: "), done.stderr[-2000:]
 
 
@@ -203,18 +208,12 @@ OTHER_TOOLS_FLAGS = {
 ``--megascale_...``."""
 
 
-@functools.cache
-def cli_help() -> str:
-    return "\n".join(subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO_ROOT, capture_output=True,
-                                    text=True, timeout=300).stdout for module in MODULES)
-
-
 def test_every_flag_the_docs_quote_is_a_flag_of_the_commands_or_of_a_named_tool():
     flags = {flag for spans in QUOTED.values() for span in spans for flag in re.findall(r"(?<![\w-])--[a-z][\w-]*", span)}
     for page, command, _ in COMMANDS:
         if "gke_ray_tpu." in command and page in QUOTED:
             flags |= set(re.findall(r"(?<![\w-])--[a-z][\w-]*", command))
-    ours = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", cli_help()))
+    ours = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", "\n".join(help_of(module).stdout for module in MODULES)))
     theirs = {flag for flag in flags if flag.startswith(("--xla_", "--megascale_"))} | set(OTHER_TOOLS_FLAGS)
     assert sorted(flags - ours - theirs) == []
     assert sorted(set(OTHER_TOOLS_FLAGS) - flags) == [], "a flag OTHER_TOOLS_FLAGS lists that no page quotes any more"
