@@ -227,3 +227,22 @@ def test_the_stack_outputs_the_deploy_page_lists_are_the_stacks(dev_run):
     section = section[:section.index("\n\n", section.index("`pulumi stack output"))]
     listed = set(re.findall(r"`([a-z][A-Za-z]*)`", re.sub(r"\([^()]*\)", "", section)))
     assert listed == set(dev_run.outputs)
+
+
+POINTER = re.compile(r"""docs/([\w-]+\.md)(?:: '?|, (?:"\s*")?')([A-Za-z][\w' +-]*\w)""")
+"""``docs/<page>.md: Words`` or ``docs/<page>.md, 'Words'`` (the quote may follow a string's end and a new line)."""
+
+
+def test_every_docs_section_the_code_points_at_is_there():
+    """Code that sends its reader to a page's section (``docs/queues.md: Elastic runs on their minimum``,
+    ``docs/elastic.md, 'Moving checkpoints to a new bucket'``) names words the page holds."""
+    from tests.conftest import source_files
+
+    files = [*source_files(), REPO_ROOT / "__main__.py", *sorted((REPO_ROOT / "tests").glob("*.py")),
+             *sorted((REPO_ROOT / "bench").glob("*.py"))]
+    pointers = {(path.relative_to(REPO_ROOT).as_posix(), page, words) for path in files
+                for page, words in re.findall(POINTER, path.read_text())}
+    assert len(pointers) > 5
+    missing = [f"{path}: docs/{page}: {words}" for path, page, words in sorted(pointers)
+               if words.lower() not in " ".join((REPO_ROOT / "docs" / page).read_text().lower().split())]
+    assert missing == []
