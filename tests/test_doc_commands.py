@@ -202,7 +202,7 @@ OTHER_TOOLS_FLAGS = {
     "--attribute-condition": "gcloud iam workload-identity-pools providers create-oidc",
     "--require-hashes": "pip and uv", "--no-deps": "pip and uv", "--only-binary": "pip and uv",
     "--hash": "a pip and uv requirement line", "--logdir": "tensorboard",
-    "--lose": "bench/bench_elastic_recovery.py",
+    "--lose": "bench/bench_elastic_recovery.py", "--exclude-newer": "bin/lock-worker-env (uv's own flag)",
 }
 """Flags the docs quote that belong to other tools, and which; libtpu's and XLA's are ``--xla_...`` and
 ``--megascale_...``."""
