@@ -22,13 +22,12 @@ from gke_ray_tpu.components.tpu_slice_node_pool import TpuSliceNodePool
 from gke_ray_tpu.components.worker_image import WorkerImage, check_build_daemon, will_build
 from gke_ray_tpu.core.job_spec import bucket_url
 from gke_ray_tpu.stack import wiring
-from gke_ray_tpu.stack.component_keys import config_keys
-from gke_ray_tpu.stack.cold_start import check_cold_start
-from gke_ray_tpu.stack.config import config_key, parse_stack_config, raw_pulumi_config
-from gke_ray_tpu.stack.preflight import (
-    check_declared_runs, check_idle_cost, check_planned_run, check_queue_admits, check_ray_image, check_recreated_slices,
-    check_waiting_cost, first_up,
+from gke_ray_tpu.stack.checks import (
+    check_cold_start, check_declared_runs, check_idle_cost, check_planned_run, check_queue_admits, check_ray_image,
+    check_recreated_slices, check_waiting_cost, first_up,
 )
+from gke_ray_tpu.stack.component_keys import config_keys
+from gke_ray_tpu.stack.config import config_key, parse_stack_config, raw_pulumi_config
 
 cfg = parse_stack_config(raw_pulumi_config())
 # Sharding, HBM and cost of the planned training run, before any TPU is paid for.

@@ -70,7 +70,7 @@ def compile_8b(python: Path) -> tuple[str, str]:
     from gke_ray_tpu.stack import wiring
     from gke_ray_tpu.stack.config import parse_stack_config
     from gke_ray_tpu.stack.mock_engine import load_stack_file
-    from gke_ray_tpu.stack.preflight import planned_job
+    from gke_ray_tpu.stack.checks import planned_job
 
     cfg = parse_stack_config(load_stack_file(REPO / "Pulumi.dev.yaml"))
     job = planned_job(cfg, "llama3-8b", {})

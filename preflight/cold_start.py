@@ -12,6 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gke_ray_tpu.core import worker_env
+from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.prices import chip_price
+from gke_ray_tpu.core.tpu_catalogue import SliceShape
+
 GB = 1e9
 
 PULL_BYTES_PER_S = 5.4e9 / 191
@@ -77,3 +82,18 @@ def format_cold_start(
         "seconds measured on this repository's 2-core machine (bench/bench_lock_install.py), not on a TPU host"
     )
     return "\n".join(lines)
+
+
+def cold_start(shape: SliceShape, num_slices: int, region: str, *, spot: bool, built: bool, scale_to_zero: bool) -> str:
+    """The cold start of ``num_slices`` slices of ``shape`` with the workers' lock as it is: every host, with the
+    stack's image (``built``) or without, and the chips' cost meanwhile where their price in ``region`` is known."""
+    try:
+        price = chip_price(shape.generation.name, region).usd_per_chip_hour(spot)
+    except ConfigError:
+        price = None  # a generation or region without a grounded price: bytes and seconds only
+    when = ("every run, on the new nodes of its slices" if scale_to_zero
+            else "the pull once per node, the install at each Ray pod start on the held slices")
+    return format_cold_start(
+        host_starts(worker_env.wheel_bytes(), len(worker_env.packages())),
+        built, shape.hosts * num_slices, shape.chips * num_slices, price, when,
+    )

@@ -11,15 +11,18 @@ trains (the slices it holds, the CPU pool, GKE's cluster fee) and while one
 does. Flex-start has no grounded TPU price here, so it is priced at the
 on-demand rate, an upper bound; a reservation is billed whether or not nodes
 use it, so its slices count as idle cost even when the stack scales to zero.
+:func:`waiting_costs` bounds what a queued run is billed while its slices do not all
+come, and :func:`first_up` says what a stack's first ``pulumi up`` starts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
+from gke_ray_tpu.core import kueue
 from gke_ray_tpu.core.errors import ConfigError
-from gke_ray_tpu.core.capacity import CAPACITY_MODES
+from gke_ray_tpu.core.capacity import CAPACITY, CAPACITY_MODES
 from gke_ray_tpu.core.prices import (
     DEFAULT_REGION,
     GKE_CLUSTER_FEE_USD_PER_HOUR,
@@ -206,4 +209,86 @@ def format_capacity_costs(costs: list[CapacityCost], chosen: str, what: str) -> 
         )
     lines.append("  * this stack. flex-start is priced at the on-demand rate (an upper bound: no grounded flex-start TPU "
                  "price); spot at today's Spot rate, which moves.")
+    return "\n".join(lines)
+
+
+def capacity_modes(shape: SliceShape) -> tuple[str, ...]:
+    """The capacity modes a slice of ``shape`` can have (flex-start only on the generations that offer it)."""
+    return tuple(mode for mode in CAPACITY_MODES if mode != "flex-start" or shape.generation.flex_start)
+
+
+@dataclass(frozen=True)
+class WaitingCostRow:
+    capacity: str
+    cost: kueue.WaitingCost
+    usd: Optional[float]
+    """The bound in dollars (None: unbounded, Kueue requeues for ever)."""
+
+    @property
+    def text(self) -> str:
+        if self.usd is None:
+            return f"no bound: {self.cost.slices_billed} slice(s) x {self.cost.seconds_per_attempt} s per admission, " \
+                   "requeued for ever"
+        if not self.cost.slices_billed or self.usd == 0:
+            return f"$0: {self.cost.why}"
+        hours = self.cost.slice_hours or 0.0
+        bound = "at most " if not CAPACITY[self.capacity].billed_at_list_price else ""
+        return (f"{bound}${self.usd:,.2f}: {self.cost.attempts} admission(s) x {self.cost.slices_billed} slice(s) x "
+                f"{self.cost.seconds_per_attempt / 60:.0f} min = {hours:.2f} slice-hours")
+
+
+def waiting_costs(shape: SliceShape, num_slices: int, region: str, wait: kueue.WaitSettings, *,
+                  queued_provisioning: bool, generation_key: str = "generation",
+                  region_key: str = "region") -> list[WaitingCostRow]:
+    """Per capacity mode, the most a run of ``num_slices`` slices can be billed while it waits in Kueue's queue for
+    slices that do not all come (``core.kueue.waiting_cost``, at the chip's list price in ``region``; queued
+    provisioning applies to flex-start). Raises ConfigError where the chip has no price there."""
+    price = chip_price(shape.generation.name, region, generation_key=generation_key, region_key=region_key)
+    rows = []
+    for mode in capacity_modes(shape):
+        cost = kueue.waiting_cost(mode, num_slices, wait, queued_provisioning=queued_provisioning and mode == "flex-start")
+        hours = cost.slice_hours
+        usd = None if hours is None else hours * shape.chips * price.usd_per_chip_hour(CAPACITY[mode].spot)
+        rows.append(WaitingCostRow(mode, cost, usd))
+    return rows
+
+
+def format_waiting_costs(rows: Sequence[WaitingCostRow], chosen: str, shape: SliceShape, num_slices: int, region: str,
+                         wait: kueue.WaitSettings) -> str:
+    settings = (f"Kueue's {wait.timeout_s} s PodsReady timeout, "
+                + (f"{wait.requeue_limit} requeue{'s' * (wait.requeue_limit != 1)}" if wait.requeue_limit is not None
+                   else "requeued for ever (the cluster's own Kueue, its settings unknown here)")
+                + f", ~{kueue.SCALE_DOWN_S} s for GKE to remove a slice's idle nodes")
+    lines = [f"Most a run of {num_slices} x {shape.pod_type} can be billed while it waits for slices that do "
+             f"not all come ({settings}; ESTIMATE from list prices in {region}):"]
+    for row in rows:
+        mark = "  <- this stack" if row.capacity == chosen else ""
+        lines.append(f"  {row.capacity:<12} {row.text}{mark}")
+    return "\n".join(lines)
+
+
+def first_up(shape: SliceShape, num_slices: int, capacity: str, scale_to_zero: bool, costs: Sequence[CapacityCost],
+             runs: Sequence[tuple[str, str, Optional[CostEstimate]]], runs_key: str) -> str:
+    """What a stack's first ``pulumi up`` starts and what that costs: its slices (held, or none until a run brings
+    them) and each declared run, ``(name, preset, its cost estimate)``, which KubeRay submits as soon as its cluster
+    is up (``runs_key``: where runs are declared)."""
+    slices = f"{num_slices} x {shape.pod_type} ({num_slices * shape.chips} chips, {capacity})"
+    chosen = next((cost for cost in costs if cost.capacity == capacity), None)
+    if scale_to_zero:
+        idle = "" if chosen is None else f", ${chosen.idle_usd_per_hour:,.2f}/hour idle (ESTIMATE)"
+        held = f"the GKE cluster{idle}, and no TPU slice: each run brings {slices} and releases them when it ends"
+    else:
+        idle = "" if chosen is None else f": ${chosen.idle_usd_per_hour:,.2f}/hour with the cluster (ESTIMATE)"
+        held = f"the GKE cluster and its {slices} TPU slices, billed from then on whether a run trains or not{idle}"
+    lines = [f"What the first `pulumi up` starts: {held}."]
+    for name, preset, cost in runs:
+        spent = "" if cost is None else (
+            f": {cost.steps} steps, about {cost.run_hours * 60:.0f} min of training, ${cost.run_usd:,.2f} of TPU time "
+            "(ESTIMATE, compute only)"
+        )
+        lines.append(f"  run {name} (preset {preset}), which KubeRay submits as soon as its cluster is up{spent}")
+    if runs:
+        lines.append(f"  Remove a run from {runs_key} before `pulumi up` to start it later, or never.")
+    else:
+        lines.append(f"  No run is declared ({runs_key}): nothing trains until one is submitted.")
     return "\n".join(lines)

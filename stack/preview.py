@@ -32,18 +32,18 @@ from gke_ray_tpu.core import REPO_ROOT
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.exit_status import NO, OK, Unavailable, run_command
 from gke_ray_tpu.core.job_spec import parse_overrides
-from gke_ray_tpu.core.maxtext import check_settings, render
+from gke_ray_tpu.core.maxtext import check_settings
+from gke_ray_tpu.preflight.report import PreflightReport, planned_run, training_json, training_section
+from gke_ray_tpu.preflight.xla_check import CompileCheckError, SliceCountResults, check_job
 from gke_ray_tpu.stack import wiring
-from gke_ray_tpu.stack.cold_start import check_cold_start
+from gke_ray_tpu.stack.checks import (
+    check_cold_start, check_declared_runs, check_idle_cost, check_queue_admits, check_ray_image, check_run,
+    check_waiting_cost, first_up, planned_job,
+)
 from gke_ray_tpu.stack.config import StackConfig, config_key, parse_stack_config
 from gke_ray_tpu.stack.mock_engine import OfflineRun, load_stack_file, run_offline
 from gke_ray_tpu.stack.permissions import roles_section
-from gke_ray_tpu.stack.preflight import (
-    PreflightReport, check_declared_runs, check_idle_cost, check_queue_admits, check_ray_image, check_waiting_cost,
-    first_up, planned_job, planned_run, preflight,
-)
 from gke_ray_tpu.stack.resource_tree import manifests_yaml, render_tree
-from gke_ray_tpu.preflight.xla_check import CompileCheckError, SliceCountResults, check_job
 
 PROG = "python -m gke_ray_tpu.stack.preview"
 
@@ -79,29 +79,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def training_json(stack: str, maxtext: dict, report: PreflightReport, xla: Optional[SliceCountResults]) -> dict:
-    """The training section as data: the run, its sharding, the estimate and, with --compile, XLA's figures
-    (``xla``: the worst slice count; ``xla_by_slices``: each count)."""
-    hbm = report.hbm
-    estimate = None if hbm is None else {
-        "total_gib": hbm.total_gib,
-        "usable_gib": hbm.usable_gib,
-        "margin_gib": hbm.margin_gib,
-        "verdict": hbm.verdict,
-        "breakdown_gib": dict(hbm.rows()),
-    }
-    out = {
-        "stack": stack,
-        "run": maxtext,
-        "sharding": {"ok": report.ok, "slice_counts": list(report.slice_counts), "errors": [str(e) for e in report.errors]},
-        "estimate": estimate,
-        "warnings": report.warnings,
-    }
-    if xla is not None:
-        out.update(xla.to_json(report.estimate_by_slices))
-    return out
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     return run_command(PROG, lambda: _preview(args))
@@ -129,7 +106,7 @@ def _preview(args: argparse.Namespace) -> int:
         args.preset or cfg.planned_preset, overrides, key="--preset" if args.preset else config_key("planned_preset"),
     )
     run = run_offline(raw, stack=stack) if args.section != "training" else None
-    report = preflight(cfg, maxtext, elastic=elastic or args.elastic)
+    report = check_run(cfg, maxtext, elastic=elastic or args.elastic)
     xla = _compiled(cfg, args.preset, overrides, report, args.exact_flags) if args.compile and report.ok else None
     status = OK if report.ok and (xla is None or xla.fits) else NO
     if xla is not None and not xla.fits:
@@ -163,10 +140,7 @@ def _sections(section: str, stack: str, cfg: StackConfig, run: Optional[OfflineR
     if run is not None and section in ("all", "manifests"):
         sections.append("Kubernetes manifests:\n---\n" + manifests_yaml(run))
     if section in ("all", "training"):
-        settings = " ".join(f"{key}={render(value)}" for key, value in maxtext.items())
-        sections.append(f"Planned run: {settings}\n" + report.format())
-        if xla is not None:
-            sections.append(xla.format(report.estimate_by_slices))
+        sections += training_section(maxtext, report, xla)
         lines: list[str] = []
         costs = check_idle_cost(cfg, info=lines.append, warn=lambda message: lines.append(f"warning: {message}"))
         check_waiting_cost(cfg, info=lines.append)

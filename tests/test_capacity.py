@@ -15,7 +15,7 @@ from gke_ray_tpu.core.kuberay import ray_job_problems
 from gke_ray_tpu.stack import preview
 from gke_ray_tpu.stack.config import parse_stack_config
 from gke_ray_tpu.stack.mock_engine import MockGke, OfflineRun, run_offline
-from gke_ray_tpu.stack.preflight import stack_costs
+from gke_ray_tpu.stack.checks import stack_costs
 from tests.conftest import with_keys
 from tests.schemas import validate_ray_cluster, validate_ray_job
 from tests.test_stack_dev import NODE_POOL, RAYCLUSTER, RAYJOB, tpu_pools

@@ -1,5 +1,6 @@
-"""The cold start at preview (gke_ray_tpu.stack.cold_start): what each TPU host pulls and installs before the first
-step, with and without the stack's image, beside what the chips cost meanwhile."""
+"""The cold start at preview (gke_ray_tpu.preflight.cold_start, for the stack by gke_ray_tpu.stack.checks): what each
+TPU host pulls and installs before the first step, with and without the stack's image, beside what the chips cost
+meanwhile."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import tomllib
 from gke_ray_tpu.core import worker_env
 from gke_ray_tpu.preflight import cold_start
 from gke_ray_tpu.stack import preview
-from gke_ray_tpu.stack.cold_start import check_cold_start
+from gke_ray_tpu.stack.checks import check_cold_start
 from gke_ray_tpu.stack.config import parse_stack_config
 from tests.conftest import with_keys
 

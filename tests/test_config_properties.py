@@ -23,7 +23,7 @@ from gke_ray_tpu.core.kuberay import ray_job_problems
 from gke_ray_tpu.stack.config import NAMESPACE, RETIRED_KEYS, StackConfig, parse_stack_config
 from gke_ray_tpu.stack.mock_engine import OfflineRun, run_offline
 from gke_ray_tpu.preflight import xla_check
-from gke_ray_tpu.stack.preflight import check_planned_run
+from gke_ray_tpu.stack.checks import check_planned_run
 from gke_ray_tpu.stack.wiring import planned_ray_cluster
 
 CONFIG_KEYS = {field.alias for field in StackConfig.model_fields.values()}

@@ -9,7 +9,8 @@ import pytest
 from gke_ray_tpu.stack import preview
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.stack.mock_engine import OfflineRun, run_offline
-from gke_ray_tpu.stack.preflight import planned_run, preflight
+from gke_ray_tpu.preflight.report import planned_run
+from gke_ray_tpu.stack.checks import check_run
 from gke_ray_tpu.stack.config import parse_stack_config
 
 
@@ -86,12 +87,12 @@ def test_default_planned_run_on_another_shape_only_warns(run_stack):
 
 def test_elastic_preset_must_shard_on_every_slice_count(dev_config):
     cfg = parse_stack_config(dev_config)
-    maxtext, elastic = planned_run("llama3-8b-elastic", {})
+    maxtext, elastic = planned_run("llama3-8b-elastic", {}, "preset")
     assert elastic
-    assert preflight(cfg, maxtext, elastic=True).slice_counts == (2, 1)
-    assert preflight(cfg, maxtext, elastic=True).ok
+    assert check_run(cfg, maxtext, elastic=True).slice_counts == (2, 1)
+    assert check_run(cfg, maxtext, elastic=True).ok
     # Pinning FSDP over DCN to 2 slices cannot survive losing one.
-    report = preflight(cfg, {**maxtext, "dcn_fsdp_parallelism": 2, "dcn_data_parallelism": 1}, elastic=True)
+    report = check_run(cfg, {**maxtext, "dcn_fsdp_parallelism": 2, "dcn_data_parallelism": 1}, elastic=True)
     assert [str(e) for e in report.errors] == [
         "invalid config dcn_fsdp_parallelism='2': expected a product of 1, "
         "the number of slices when the elastic job runs on 1 of 1..2 (or one axis set to -1)"

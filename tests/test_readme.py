@@ -64,7 +64,7 @@ def test_every_relative_link_resolves(page):
 def test_the_readmes_first_pulumi_up_is_what_preview_prints_for_its_steps(dev_config):
     """The README quotes preview's last lines for the dev stack as its quick start sets it (flex-start)."""
     from gke_ray_tpu.stack.config import parse_stack_config
-    from gke_ray_tpu.stack.preflight import check_declared_runs, check_idle_cost, first_up
+    from gke_ray_tpu.stack.checks import check_declared_runs, check_idle_cost, first_up
     from tests.conftest import with_keys
 
     readme = (REPO_ROOT / "README.md").read_text()
@@ -107,9 +107,8 @@ def quoted_output(page: str, first: str) -> str:
 def test_the_quoted_cost_and_cold_start_are_what_preview_prints(dev_config):
     """deploy.md quotes the cost per capacity mode of the dev stack with flex-start, image.md its cold start: the
     first lines of what preview prints."""
-    from gke_ray_tpu.stack.cold_start import check_cold_start
+    from gke_ray_tpu.stack.checks import check_cold_start, check_idle_cost
     from gke_ray_tpu.stack.config import parse_stack_config
-    from gke_ray_tpu.stack.preflight import check_idle_cost
     from tests.conftest import with_keys
 
     said: list[str] = []

@@ -273,7 +273,7 @@ def test_a_declared_run_the_queue_could_never_admit_fails_preview_naming_the_run
     from decimal import Decimal
 
     from gke_ray_tpu.stack.config import parse_stack_config
-    from gke_ray_tpu.stack.preflight import check_queue_admits
+    from gke_ray_tpu.stack.checks import check_queue_admits
     from tests.conftest import with_keys
 
     cfg = parse_stack_config(with_keys(dev_config, capacity="flex-start"))
