@@ -1,8 +1,9 @@
 """The stack: DCN networks, a GKE cluster, one node pool per TPU slice, storage, and the RayCluster (or the spec of the one each run brings, and the queue its runs wait in).
 
 Everything is driven by the stack's config (``Pulumi.<stack>.yaml``), validated
-once by :func:`gke_ray_tpu.stack.config.parse_stack_config` before any resource is
-registered; the planned training run is checked next, then GkeRayCluster checks
+once by :func:`gke_ray_tpu.stack.config.parse_stack_config` and planned once by
+:func:`gke_ray_tpu.stack.plan.plan_stack` before any resource is registered; the
+planned training run is checked next, then GkeRayCluster checks
 what GKE offers (or the existing cluster) before it registers anything. The
 exports are what ``python -m gke_ray_tpu.training.submit`` reads.
 """
@@ -28,18 +29,21 @@ from gke_ray_tpu.stack.checks import (
 )
 from gke_ray_tpu.stack.component_keys import config_keys
 from gke_ray_tpu.stack.config import config_key, parse_stack_config, raw_pulumi_config
+from gke_ray_tpu.stack.plan import plan_stack
 
 cfg = parse_stack_config(raw_pulumi_config())
+# The planned cluster and queue and each declared run's job, derived once: a run that cannot be built fails here.
+plan = plan_stack(cfg)
 # Sharding, HBM and cost of the planned training run, before any TPU is paid for.
 check_planned_run(cfg, info=pulumi.log.info, warn=pulumi.log.warn)
 # The runs this stack declares (applied as RayJobs): one that cannot shard or fit fails here.
-declared = check_declared_runs(cfg, info=pulumi.log.info)
+declared = check_declared_runs(plan, info=pulumi.log.info)
 # ... and one the stack's queue could never admit (it would wait for ever).
-check_queue_admits(cfg)
+check_queue_admits(plan)
 # What the stack costs idle and training, per capacity mode, and what this update starts, before anything is created.
 pulumi.log.info(first_up(cfg, check_idle_cost(cfg, info=pulumi.log.info, warn=pulumi.log.warn), declared))
 # Where runs wait in the queue: the most one can be billed while its slices do not all come, per capacity mode.
-check_waiting_cost(cfg, info=pulumi.log.info)
+check_waiting_cost(plan, info=pulumi.log.info)
 # What this update recreates, against the stack's own last outputs (none before its first update).
 pulumi.StackReference(f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}").outputs.apply(
     lambda deployed: check_recreated_slices(cfg, deployed or {}, warn=pulumi.log.warn)

@@ -31,7 +31,7 @@ from gke_ray_tpu.core.presets import get_preset  # noqa: E402
 from gke_ray_tpu.core.tpu_catalogue import slice_shape  # noqa: E402
 from gke_ray_tpu.stack.config import parse_stack_config  # noqa: E402
 from gke_ray_tpu.stack.mock_engine import load_stack_file  # noqa: E402
-from gke_ray_tpu.stack.wiring import planned_pod_flags  # noqa: E402
+from gke_ray_tpu.stack.plan import plan_stack  # noqa: E402
 from gke_ray_tpu.preflight.xla_check import XlaResult, compile_check, request_for_job  # noqa: E402
 
 RUNS: dict[str, tuple[str, dict]] = {
@@ -65,7 +65,7 @@ def figure(result: XlaResult) -> str:
 
 def flags_table(names: list[str]) -> list:
     cfg = parse_stack_config(load_stack_file(REPO / "Pulumi.dev.yaml"))
-    flags = planned_pod_flags(cfg)
+    flags = plan_stack(cfg).pod_flags
     print(f"The dev stack's pods' flags ({len(flags)}): {' '.join(flags)}\n")
     print("| run (2 x v6e-16) | no flags (GiB) | pods' flags (GiB) | pods / none | temporaries none -> pods | wall s none, pods | RSS GiB |")
     print("|---|---|---|---|---|---|---|")

@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 from gke_ray_tpu.core.job_spec import DATA_MOUNT, build_job  # noqa: E402
 from gke_ray_tpu.core.presets import get_preset  # noqa: E402
 from gke_ray_tpu.preflight import xla_check  # noqa: E402
-from gke_ray_tpu.stack import wiring  # noqa: E402
+from gke_ray_tpu.stack.plan import plan_stack  # noqa: E402
 from gke_ray_tpu.stack.config import parse_stack_config  # noqa: E402
 from gke_ray_tpu.stack.mock_engine import load_stack_file  # noqa: E402
 
@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("--skip-before", action="store_true", help="time only the way it compiles now")
     args = parser.parse_args()
     cfg = parse_stack_config(load_stack_file(REPO / "Pulumi.dev.yaml"))
-    flags = wiring.planned_pod_flags(cfg)
+    flags = plan_stack(cfg).pod_flags
     print(f"{os.cpu_count()} cores; {xla_check.parallel_compiles()} compiles at once; load average 1/5/15 min as shown\n")
     print("| run (dev stack, v6e-16) | slice counts | way | wall s | load before -> after | verdict, peak GiB per count |")
     print("|---|---|---|---|---|---|")

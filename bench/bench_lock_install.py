@@ -67,14 +67,14 @@ def compile_8b(python: Path) -> tuple[str, str]:
     from unittest import mock
 
     from gke_ray_tpu.preflight import xla_check
-    from gke_ray_tpu.stack import wiring
+    from gke_ray_tpu.stack.plan import plan_stack
     from gke_ray_tpu.stack.config import parse_stack_config
     from gke_ray_tpu.stack.mock_engine import load_stack_file
     from gke_ray_tpu.stack.checks import planned_job
 
     cfg = parse_stack_config(load_stack_file(REPO / "Pulumi.dev.yaml"))
     job = planned_job(cfg, "llama3-8b", {})
-    flags = wiring.planned_pod_flags(cfg)
+    flags = plan_stack(cfg).pod_flags
     project = xla_check.check_job(job, flags, [cfg.num_slices])
     with tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, {xla_check.CACHE_DIR_ENV: cache}), \
             mock.patch.object(sys, "executable", str(python)):

@@ -26,9 +26,9 @@ from gke_ray_tpu.preflight.cost import (
     format_waiting_costs, waiting_costs,
 )
 from gke_ray_tpu.preflight.report import PreflightReport
-from gke_ray_tpu.stack import wiring
 from gke_ray_tpu.stack.component_keys import config_keys
 from gke_ray_tpu.stack.config import StackConfig, config_key
+from gke_ray_tpu.stack.plan import StackPlan
 
 
 def check_run(
@@ -81,7 +81,7 @@ def check_planned_run(cfg: StackConfig, info: Callable[[str], None], warn: Calla
     return report
 
 
-def check_declared_runs(cfg: StackConfig, info: Callable[[str], None]) -> list[PreflightReport]:
+def check_declared_runs(plan: StackPlan, info: Callable[[str], None]) -> list[PreflightReport]:
     """Each run of ``gke-ray-tpu:runs``: its sharding, HBM and cost, at preview.
 
     These runs are applied by ``pulumi up``, so one that cannot shard or does
@@ -90,9 +90,9 @@ def check_declared_runs(cfg: StackConfig, info: Callable[[str], None]) -> list[P
     whether it fits (:mod:`gke_ray_tpu.preflight.xla_check`); otherwise the estimate does, and
     only when it is sure.
     """
+    cfg = plan.cfg
     reports = []
-    for index, run in enumerate(cfg.runs):
-        job = cfg.declared_job(index)
+    for index, (run, job) in enumerate(zip(cfg.runs, plan.jobs)):
         key = f"{config_key('runs')}[{index}]"
         report = check_run(cfg, job.maxtext, elastic=job.elastic, min_slices=job.min_slices)
         refusal = run_report.declared_run_refusal(report, cfg.shape, key, run.run_name, config_key("compile_check"),
@@ -101,22 +101,21 @@ def check_declared_runs(cfg: StackConfig, info: Callable[[str], None]) -> list[P
             raise refusal
         text = report.format()
         if cfg.compile_check:
-            text += "\n" + run_report.compiled_verdict(job, wiring.planned_pod_flags(cfg), report, key, run.run_name,
+            text += "\n" + run_report.compiled_verdict(job, plan.pod_flags, report, key, run.run_name,
                                                         config_key("compile_check"))
         info(f"Declared run {run.run_name} (preset {run.preset}):\n" + text)
         reports.append(report)
     return reports
 
 
-def check_queue_admits(cfg: StackConfig, capacity: Optional[kueue.QueueCapacity] = None) -> None:
+def check_queue_admits(plan: StackPlan, capacity: Optional[kueue.QueueCapacity] = None) -> None:
     """Each declared run against the stack's queue (``capacity``: its ClusterQueue's, by default the one the stack
     declares): a run Kueue could never admit, at its full size, would wait for ever, so it fails preview under
     its key. A declared run asks for the stack's slices, the queue's quota, so this holds unless the queue is
     another's (``core.kueue.check_admissible``)."""
-    queue = wiring.queue_args(cfg, wiring.planned_ray_cluster(cfg))
+    cfg, queue, spec = plan.cfg, plan.queue_args, plan.cluster_spec
     if queue is None:
         return
-    spec = wiring.planned_cluster_spec(cfg)
     with config_keys(cfg):  # the queue's own rules (a limit without a cohort) name the user's key
         tpu_queue.check_args(queue)
         installed = tpu_queue.wait_settings(queue) is not None
@@ -125,8 +124,7 @@ def check_queue_admits(cfg: StackConfig, capacity: Optional[kueue.QueueCapacity]
             declared = kueue.cluster_queue(names, spec.namespace, tpu_queue.quota(spec, count_host=not installed),
                                            sharing=tpu_queue.sharing(queue))
             capacity = kueue.queue_capacity(declared)
-    for index, run in enumerate(cfg.runs):
-        job = cfg.declared_job(index)
+    for index, (run, job) in enumerate(zip(cfg.runs, plan.jobs)):
         cluster = with_slices(ray_cluster_spec(spec), job.slices)
         asked = kueue.usage(kueue.ray_job_pod_sets({"spec": {"submissionMode": SUBMISSION_MODE,
                                                              "rayClusterSpec": cluster}}))
@@ -188,12 +186,12 @@ def check_idle_cost(cfg: StackConfig, info: Callable[[str], None], warn: Callabl
     return costs
 
 
-def check_waiting_cost(cfg: StackConfig, info: Callable[[str], None]) -> list[WaitingCostRow]:
+def check_waiting_cost(plan: StackPlan, info: Callable[[str], None]) -> list[WaitingCostRow]:
     """Where runs bring their own cluster and wait in the stack's queue: per capacity mode, the most a run of all
     the stack's slices can be billed while it waits for slices that do not all come
     (``gke_ray_tpu.preflight.cost.waiting_costs``, with the stack's Kueue settings). Nothing on a stack that holds
     its slices."""
-    queue = wiring.queue_args(cfg, wiring.planned_ray_cluster(cfg))
+    cfg, queue = plan.cfg, plan.queue_args
     if queue is None:
         return []
     wait = tpu_queue.wait_settings(queue) or kueue.WaitSettings(requeue_limit=None)

@@ -3,7 +3,8 @@
 :class:`StackConfig` is the whole contract of ``Pulumi.<stack>.yaml``: each
 field carries its config key (the alias), its default, its description (the
 config table of docs/deploy.md is rendered from them by ``stack/readme.py``, and a test
-keeps the two equal) and its rule; a declared run is a :class:`DeclaredRun`. Defaults of the keys a component takes come from that
+keeps the two equal) and its rule; a declared run is a :class:`DeclaredRun` (whose job ``stack/plan.py`` builds,
+once). Defaults of the keys a component takes come from that
 component's module, so the stack and the library cannot drift apart.
 
 :func:`parse_stack_config` validates the raw strings Pulumi hands a program,
@@ -35,11 +36,9 @@ from gke_ray_tpu.components.maxtext_run import MaxTextRunArgs
 from gke_ray_tpu.core import capacity as capacity_rules, gke, kueue, naming, ray_job, slices
 from gke_ray_tpu.core.bounds import Bounds
 from gke_ray_tpu.core.errors import ConfigError
-from gke_ray_tpu.core.job_spec import JobSpec
 from gke_ray_tpu.core.maxtext import check_settings
 from gke_ray_tpu.core.presets import DEFAULT_PRESET, get_preset
 from gke_ray_tpu.core.tpu_catalogue import SliceShape, slice_shape
-from gke_ray_tpu.stack import wiring
 
 NAMESPACE = "gke-ray-tpu"
 GCP_KEYS = ("gcp:project", "gcp:region", "gcp:zone")
@@ -553,8 +552,6 @@ class StackConfig(BaseModel):
                 config_key("existing_image_repository"), self.existing_image_repository,
                 f"unset: nothing is pushed while {config_key('build_image')} is false",
             )
-        for index, _ in enumerate(self.runs):
-            self.declared_job(index)
         return self
 
     _QUEUE_KEYS = ("install_kueue", "pods_ready_timeout", "requeue_limit", "queueing_strategy", "cohort",
@@ -573,21 +570,6 @@ class StackConfig(BaseModel):
                 raise ConfigError(config_key(field), getattr(self, field),
                                   f"unset on a stack that holds its slices: its runs go to its RayCluster, no queue "
                                   f"(set {config_key('scale_to_zero')} true for runs that each bring a cluster and queue)")
-
-    def declared_job(self, index: int) -> JobSpec:
-        """The job of run ``index`` (``wiring.declared_job``), its errors under the key of the run that sets it."""
-        run = self.runs[index]
-        at = f"{config_key('runs')}[{index}]"
-        try:
-            return wiring.declared_job(self, index)
-        except ConfigError as error:
-            field = DeclaredRun.model_fields.get(error.key.removeprefix("MaxTextRunArgs."))
-            if field is not None:  # an argument the run sets
-                raise error.renamed(f"{at}.{field.alias}") from None
-            # A MaxText key of the run's own overrides, else one its preset sets.
-            mine = [part for part in re.split(r"[*,]", error.key) if part in run.overrides]
-            where = f"{at}.overrides.{error.key}" if mine else f"{at} ({error.key} of preset {run.preset})"
-            raise error.renamed(where) from None
 
     @property
     def shape(self) -> SliceShape:

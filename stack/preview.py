@@ -35,14 +35,14 @@ from gke_ray_tpu.core.job_spec import parse_overrides
 from gke_ray_tpu.core.maxtext import check_settings
 from gke_ray_tpu.preflight.report import PreflightReport, planned_run, training_json, training_section
 from gke_ray_tpu.preflight.xla_check import CompileCheckError, SliceCountResults, check_job
-from gke_ray_tpu.stack import wiring
 from gke_ray_tpu.stack.checks import (
     check_cold_start, check_declared_runs, check_idle_cost, check_queue_admits, check_ray_image, check_run,
     check_waiting_cost, first_up, planned_job,
 )
-from gke_ray_tpu.stack.config import StackConfig, config_key, parse_stack_config
+from gke_ray_tpu.stack.config import config_key, parse_stack_config
 from gke_ray_tpu.stack.mock_engine import OfflineRun, load_stack_file, run_offline
 from gke_ray_tpu.stack.permissions import roles_section
+from gke_ray_tpu.stack.plan import StackPlan, plan_stack
 from gke_ray_tpu.stack.resource_tree import manifests_yaml, render_tree
 
 PROG = "python -m gke_ray_tpu.stack.preview"
@@ -100,6 +100,7 @@ def _preview(args: argparse.Namespace) -> int:
     stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
     raw = load_stack_file(path)
     cfg = parse_stack_config(raw)
+    plan = plan_stack(cfg)
     overrides = {**cfg.planned_overrides, **parse_overrides(args.overrides)}
     check_settings(overrides)
     maxtext, elastic = planned_run(
@@ -107,30 +108,32 @@ def _preview(args: argparse.Namespace) -> int:
     )
     run = run_offline(raw, stack=stack) if args.section != "training" else None
     report = check_run(cfg, maxtext, elastic=elastic or args.elastic)
-    xla = _compiled(cfg, args.preset, overrides, report, args.exact_flags) if args.compile and report.ok else None
+    xla = _compiled(plan, args.preset, overrides, report, args.exact_flags) if args.compile and report.ok else None
     status = OK if report.ok and (xla is None or xla.fits) else NO
     if xla is not None and not xla.fits:
         print(f"{PROG}: XLA does not compile the run within HBM {xla.refusal()}", file=sys.stderr)
     if args.json:
         print(json.dumps(training_json(stack, maxtext, report, xla), indent=2))
     else:
-        print("\n\n".join(_sections(args.section, stack, cfg, run, maxtext, report, xla)))
+        print("\n\n".join(_sections(args.section, stack, plan, run, maxtext, report, xla)))
     return status
 
 
-def _compiled(cfg: StackConfig, preset: Optional[str], overrides: dict, report: PreflightReport,
+def _compiled(plan: StackPlan, preset: Optional[str], overrides: dict, report: PreflightReport,
               exact_flags: bool) -> SliceCountResults:
     """XLA's verdict on the planned run, as the pods run it, at each slice count it may train on."""
+    cfg = plan.cfg
     job = planned_job(cfg, preset or cfg.planned_preset, overrides)
     try:
-        return check_job(job, wiring.planned_pod_flags(cfg), report.slice_counts, cfg.shape,
+        return check_job(job, plan.pod_flags, report.slice_counts, cfg.shape,
                          exact_flags=exact_flags)
     except CompileCheckError as error:
         raise Unavailable(f"the compile check could not run: {error}") from None
 
 
-def _sections(section: str, stack: str, cfg: StackConfig, run: Optional[OfflineRun], maxtext: dict,
+def _sections(section: str, stack: str, plan: StackPlan, run: Optional[OfflineRun], maxtext: dict,
               report: PreflightReport, xla: Optional[SliceCountResults]) -> list[str]:
+    cfg = plan.cfg
     sections = []
     if run is not None and section in ("all", "resources"):
         sections.append(render_tree(run, f"Resources of gke-ray-tpu/{stack} (pulumi up would create)"))
@@ -143,12 +146,12 @@ def _sections(section: str, stack: str, cfg: StackConfig, run: Optional[OfflineR
         sections += training_section(maxtext, report, xla)
         lines: list[str] = []
         costs = check_idle_cost(cfg, info=lines.append, warn=lambda message: lines.append(f"warning: {message}"))
-        check_waiting_cost(cfg, info=lines.append)
+        check_waiting_cost(plan, info=lines.append)
         check_ray_image(cfg, warn=lambda message: lines.append(f"warning: {message}"))
         check_cold_start(cfg, info=lines.append)
         sections.append("\n".join(lines))
-        declared = check_declared_runs(cfg, info=lambda _: None)
-        check_queue_admits(cfg)
+        declared = check_declared_runs(plan, info=lambda _: None)
+        check_queue_admits(plan)
         sections.append(first_up(cfg, costs, declared))
     return sections
 

@@ -4,32 +4,25 @@
 declares which argument each of its keys feeds (``feeds`` on a field), so an
 error a component raises names the key the user set
 (``gke_ray_tpu.stack.component_keys``). The planned RayTpuCluster and the
-declared runs' jobs are built from the same arguments before anything exists, for
-preview's checks.
+declared runs' jobs are built from the same arguments before anything exists
+(``stack/plan.py``), for preview's checks.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Union
+from typing import Optional, Union
 
 import pulumi
 
-from gke_ray_tpu.components import ray_manifests, ray_tpu_cluster, tpu_queue
 from gke_ray_tpu.components.dcn_networks import AdditionalNetwork, DcnNetworksArgs
 from gke_ray_tpu.components.gcs_workload_identity import GcsWorkloadIdentityArgs, GcsWorkloadIdentityRef
 from gke_ray_tpu.components.gke_cluster import GkeRayClusterArgs
-from gke_ray_tpu.components.maxtext_run import MaxTextRunArgs, build_run_job
-from gke_ray_tpu.components.ray_manifests import RayClusterSpec
+from gke_ray_tpu.components.maxtext_run import MaxTextRunArgs
 from gke_ray_tpu.components.ray_tpu_cluster import RayTpuClusterArgs, RayTpuClusterRef
 from gke_ray_tpu.components.tpu_queue import TpuQueueArgs, TpuQueueRef
 from gke_ray_tpu.components.tpu_slice_node_pool import TpuSliceNodePoolArgs
 from gke_ray_tpu.components.worker_image import WorkerImageArgs
-from gke_ray_tpu.core import kueue
-from gke_ray_tpu.preflight.xla_check import pod_flags
-from gke_ray_tpu.core.job_spec import JobSpec
-
-if TYPE_CHECKING:  # the config model checks its declared runs through this module
-    from gke_ray_tpu.stack.config import StackConfig
+from gke_ray_tpu.stack.config import StackConfig
 
 
 def gke_cluster_args(cfg: StackConfig) -> GkeRayClusterArgs:
@@ -152,37 +145,3 @@ def run_args(cfg: StackConfig, index: int, ray_cluster: RayTpuClusterRef,
     (the TpuQueue, or its fields) where the stack has one."""
     return MaxTextRunArgs(ray_cluster=ray_cluster, **({"queue": queue} if queue is not None else {}),
                           **cfg.runs[index].model_dump(exclude_none=True))
-
-
-def planned_cluster_spec(cfg: StackConfig) -> RayClusterSpec:
-    """The stack's RayTpuCluster with the component's defaults, before it exists: what its pods get."""
-    identity = GcsWorkloadIdentityRef(bucket_name=cfg.bucket_name, ksa_name=cfg.ksa_name, namespace=cfg.namespace)
-    return ray_tpu_cluster.spec_from_args(ray_cluster_args(cfg, identity))
-
-
-def planned_pod_flags(cfg: StackConfig) -> tuple[str, ...]:
-    """The XLA flags the stack's TPU pods will get, as the compile check compiles with them."""
-    spec = planned_cluster_spec(cfg)
-    return pod_flags(spec.shape.generation.name, spec.dcn_interfaces)
-
-
-def planned_ray_cluster(cfg: StackConfig) -> RayTpuClusterRef:
-    """The stack's RayTpuCluster as its runs see it, before it exists."""
-    spec = planned_cluster_spec(cfg)
-    return ray_tpu_cluster.cluster_ref(spec, spec.name, ray_manifests.ray_cluster_spec(spec))
-
-
-def planned_queue(cfg: StackConfig) -> Optional[TpuQueueRef]:
-    """The stack's TpuQueue as its runs see it, before it exists (None without one)."""
-    args = queue_args(cfg, planned_ray_cluster(cfg))
-    if args is None:
-        return None
-    spec = planned_cluster_spec(cfg)
-    names = kueue.queue_names(spec.name, spec.namespace, "TpuQueueArgs.ray_cluster")
-    return tpu_queue.queue_ref(names.local_queue, tpu_queue.wait_settings(args))
-
-
-def declared_job(cfg: StackConfig, index: int) -> JobSpec:
-    """The job of declared run ``index``, as the submit command would build it for this stack (same rules; a
-    ConfigError names the MaxTextRun argument or MaxText key)."""
-    return build_run_job(run_args(cfg, index, planned_ray_cluster(cfg), planned_queue(cfg)))

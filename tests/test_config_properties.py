@@ -24,7 +24,7 @@ from gke_ray_tpu.stack.config import NAMESPACE, RETIRED_KEYS, StackConfig, parse
 from gke_ray_tpu.stack.mock_engine import OfflineRun, run_offline
 from gke_ray_tpu.preflight import xla_check
 from gke_ray_tpu.stack.checks import check_planned_run
-from gke_ray_tpu.stack.wiring import planned_ray_cluster
+from gke_ray_tpu.stack.plan import plan_stack
 
 CONFIG_KEYS = {field.alias for field in StackConfig.model_fields.values()}
 KEYS = sorted(CONFIG_KEYS) + [f"{NAMESPACE}:typo", *RETIRED_KEYS]
@@ -217,11 +217,12 @@ def assert_names_a_config_key(error: ConfigError) -> None:
 def test_any_config_parses_or_is_refused_naming_a_config_key(dev_config, changes):
     try:
         parsed = parse_stack_config(mutate(dev_config, changes))
+        plan = plan_stack(parsed)
     except ConfigError as error:
         assert_names_a_config_key(error)
     else:
         assert parsed.shape.topology in parsed.shape.generation.topologies
-        assert 1 <= planned_ray_cluster(parsed)["elastic_min_slices"] <= parsed.num_slices
+        assert 1 <= plan.ray_cluster["elastic_min_slices"] <= parsed.num_slices
         assert len(parsed.dcn_cidrs_or_default) <= parsed.shape.generation.dcn_nics_per_host
 
 

@@ -65,6 +65,7 @@ def test_the_readmes_first_pulumi_up_is_what_preview_prints_for_its_steps(dev_co
     """The README quotes preview's last lines for the dev stack as its quick start sets it (flex-start)."""
     from gke_ray_tpu.stack.config import parse_stack_config
     from gke_ray_tpu.stack.checks import check_declared_runs, check_idle_cost, first_up
+    from gke_ray_tpu.stack.plan import plan_stack
     from tests.conftest import with_keys
 
     readme = (REPO_ROOT / "README.md").read_text()
@@ -72,7 +73,7 @@ def test_the_readmes_first_pulumi_up_is_what_preview_prints_for_its_steps(dev_co
     assert quoted, "README.md quotes no preview lines"
     cfg = parse_stack_config(with_keys(dev_config, capacity="flex-start"))
     said = first_up(cfg, check_idle_cost(cfg, info=lambda _: None, warn=lambda _: None),
-                    check_declared_runs(cfg, info=lambda _: None))
+                    check_declared_runs(plan_stack(cfg), info=lambda _: None))
     assert quoted.group(1) == said
 
 

@@ -274,13 +274,14 @@ def test_a_declared_run_the_queue_could_never_admit_fails_preview_naming_the_run
 
     from gke_ray_tpu.stack.config import parse_stack_config
     from gke_ray_tpu.stack.checks import check_queue_admits
+    from gke_ray_tpu.stack.plan import plan_stack
     from tests.conftest import with_keys
 
-    cfg = parse_stack_config(with_keys(dev_config, capacity="flex-start"))
-    check_queue_admits(cfg)  # the stack's own queue holds its slices: the run fits
+    plan = plan_stack(parse_stack_config(with_keys(dev_config, capacity="flex-start")))
+    check_queue_admits(plan)  # the stack's own queue holds its slices: the run fits
     names = kueue.queue_names("maxtext-tpu-cluster", "default", "key")
     smaller = kueue.queue_capacity(kueue.cluster_queue(names, "default", {kueue.TPU: Decimal(16)}))
     with pytest.raises(ConfigError) as error:
-        check_queue_admits(cfg, smaller)
+        check_queue_admits(plan, smaller)
     assert (error.value.key, error.value.value) == ("gke-ray-tpu:runs[0]", "baseline-8b")
     assert "it asks for 32 google.com/tpu, the queue has at most 16" in error.value.expected
