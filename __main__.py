@@ -1,7 +1,7 @@
 """The stack: DCN networks, a GKE cluster, one node pool per TPU slice, storage, and the RayCluster (or the spec of the one each run brings, and the queue its runs wait in).
 
 Everything is driven by the stack's config (``Pulumi.<stack>.yaml``), validated
-once by :func:`gke_ray_tpu.stack.config.parse_stack_config` and planned once by
+once by :func:`gke_ray_tpu.stack.parse.parse_stack_config` and planned once by
 :func:`gke_ray_tpu.stack.plan.plan_stack` before any resource is registered; the
 planned training run is checked next, then GkeRayCluster checks
 what GKE offers (or the existing cluster) before it registers anything. The
@@ -28,7 +28,8 @@ from gke_ray_tpu.stack.checks import (
     check_recreated_slices, check_waiting_cost, first_up,
 )
 from gke_ray_tpu.stack.component_keys import config_keys
-from gke_ray_tpu.stack.config import config_key, parse_stack_config, raw_pulumi_config
+from gke_ray_tpu.stack.parse import parse_stack_config, raw_pulumi_config
+from gke_ray_tpu.stack.config import config_key
 from gke_ray_tpu.stack.plan import plan_stack
 
 cfg = parse_stack_config(raw_pulumi_config())

@@ -29,7 +29,7 @@ from gke_ray_tpu.core.libtpu_flags import TUTORIAL_XLA_FLAGS  # noqa: E402
 from gke_ray_tpu.core.job_spec import DATA_MOUNT, build_job  # noqa: E402
 from gke_ray_tpu.core.presets import get_preset  # noqa: E402
 from gke_ray_tpu.core.tpu_catalogue import slice_shape  # noqa: E402
-from gke_ray_tpu.stack.config import parse_stack_config  # noqa: E402
+from gke_ray_tpu.stack.parse import parse_stack_config  # noqa: E402
 from gke_ray_tpu.stack.mock_engine import load_stack_file  # noqa: E402
 from gke_ray_tpu.stack.plan import plan_stack  # noqa: E402
 from gke_ray_tpu.preflight.xla_check import XlaResult, compile_check, request_for_job  # noqa: E402

@@ -26,7 +26,7 @@ from gke_ray_tpu.core.job_spec import DATA_MOUNT, build_job  # noqa: E402
 from gke_ray_tpu.core.presets import get_preset  # noqa: E402
 from gke_ray_tpu.preflight import xla_check  # noqa: E402
 from gke_ray_tpu.stack.plan import plan_stack  # noqa: E402
-from gke_ray_tpu.stack.config import parse_stack_config  # noqa: E402
+from gke_ray_tpu.stack.parse import parse_stack_config  # noqa: E402
 from gke_ray_tpu.stack.mock_engine import load_stack_file  # noqa: E402
 
 CASES = {

@@ -68,7 +68,7 @@ def compile_8b(python: Path) -> tuple[str, str]:
 
     from gke_ray_tpu.preflight import xla_check
     from gke_ray_tpu.stack.plan import plan_stack
-    from gke_ray_tpu.stack.config import parse_stack_config
+    from gke_ray_tpu.stack.parse import parse_stack_config
     from gke_ray_tpu.stack.mock_engine import load_stack_file
     from gke_ray_tpu.stack.checks import planned_job
 

@@ -1,36 +1,27 @@
-"""The stack's config: every key declared once, with its type, default, rule and description.
+"""The stack's config keys: each declared once, with its type, default, rule and description.
 
-:class:`StackConfig` is the whole contract of ``Pulumi.<stack>.yaml``: each
-field carries its config key (the alias), its default, its description (the
-config table of docs/deploy.md is rendered from them by ``stack/readme.py``, and a test
-keeps the two equal) and its rule; a declared run is a :class:`DeclaredRun` (whose job ``stack/plan.py`` builds,
-once). Defaults of the keys a component takes come from that
-component's module, so the stack and the library cannot drift apart.
-
-:func:`parse_stack_config` validates the raw strings Pulumi hands a program,
-before anything is registered (``stack/component_keys.py`` renames the errors
-components raise). Every failure is one
-:class:`~gke_ray_tpu.core.errors.ConfigError` naming the key the user sets
-(``gke-ray-tpu:releaseChannel``), the bad value and what would be valid;
-names the stack derives from a value (``<clusterName>-net-1``, the RayCluster's
-Services) are checked against the platform's rules under the key they come from.
+:class:`StackConfig` is the whole contract of ``Pulumi.<stack>.yaml``: each field carries its config key (the
+alias), its default, its description (the config table of docs/deploy.md is rendered from them by
+``stack/readme.py``, and a test keeps the two equal), its own rule, and the component arguments it feeds; a declared
+run is a :class:`DeclaredRun` (whose job ``stack/plan.py`` builds, once). Defaults of the keys a component takes
+come from that component's module, so the stack and the library cannot drift apart. The rules across keys are
+``stack/cross_keys.py``'s, the values derived from the keys ``stack/derived.py``'s, and reading a config is
+``stack/parse.py``'s.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, Callable, Literal, Mapping, Optional, Union, get_args, get_origin
+from typing import Annotated, Any, Callable, Literal, Optional
 
-from annotated_types import Ge, Le
 from pydantic import (
-    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Json, StrictBool, StrictInt, Strict, ValidationError,
-    TypeAdapter, ValidationInfo, field_validator, model_validator,
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Json, StrictBool, StrictInt, Strict, ValidationInfo,
+    field_validator,
 )
-from pydantic.fields import FieldInfo
 
 from gke_ray_tpu.components import (
-    dcn_networks, gcs_workload_identity, gke_cluster, ray_tpu_cluster, tpu_queue, tpu_slice_node_pool, worker_image,
+    gcs_workload_identity, gke_cluster, ray_tpu_cluster, tpu_queue, tpu_slice_node_pool, worker_image,
 )
 from gke_ray_tpu.components.maxtext_run import MaxTextRunArgs
 from gke_ray_tpu.core import capacity as capacity_rules, gke, kueue, naming, ray_job, slices
@@ -38,7 +29,7 @@ from gke_ray_tpu.core.bounds import Bounds
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.maxtext import check_settings
 from gke_ray_tpu.core.presets import DEFAULT_PRESET, get_preset
-from gke_ray_tpu.core.tpu_catalogue import SliceShape, slice_shape
+from gke_ray_tpu.stack.derived import DerivedValues
 
 NAMESPACE = "gke-ray-tpu"
 GCP_KEYS = ("gcp:project", "gcp:region", "gcp:zone")
@@ -54,7 +45,8 @@ _MACHINE_TYPE = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)+")
 
 
 def config_key(field: str) -> str:
-    return StackConfig.model_fields[field].alias  # type: ignore[return-value]
+    """The key the user sets for a StackConfig field (``gke-ray-tpu:numSlices`` for ``num_slices``)."""
+    return StackConfig.key(field)
 
 
 def feeds(*arguments: str, **extra: Any) -> dict:
@@ -124,7 +116,7 @@ def _planned_overrides(value: dict, key: str) -> None:
     check_settings(value, key=lambda name: f"{key}.{name}")
 
 
-_RUN_EXAMPLE = {"name": "baseline", "preset": DEFAULT_PRESET}
+RUN_EXAMPLE = {"name": "baseline", "preset": DEFAULT_PRESET}
 
 
 class DeclaredRun(BaseModel):
@@ -201,8 +193,9 @@ def _created_namespace(value: str, key: str) -> None:
         raise ConfigError(key, value, "a namespace of your own: kube- names are Kubernetes' (kube-system, ...)")
 
 
-class StackConfig(BaseModel):
-    """The validated stack: everything ``__main__.py`` needs, already checked."""
+class StackConfig(DerivedValues, BaseModel):
+    """The stack's keys, each checked by its own rule; ``gke_ray_tpu.stack.parse.parse_stack_config`` makes one and
+    checks the rules across keys (``stack/cross_keys.py``): everything ``__main__.py`` needs, already checked."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
@@ -493,7 +486,7 @@ class StackConfig(BaseModel):
         description="a JSON object of MaxText keys applied to the planned preset; the keys the estimates read are type- and range-checked",
     )
 
-    runs: Annotated[Json[list[DeclaredRun]], Field(examples=[json.dumps([_RUN_EXAMPLE])]), AfterValidator(_distinct_names)] = Field(
+    runs: Annotated[Json[list[DeclaredRun]], Field(examples=[json.dumps([RUN_EXAMPLE])]), AfterValidator(_distinct_names)] = Field(
         default=(),
         json_schema_extra=feeds(*(f"MaxTextRunArgs.{argument}" for argument in MaxTextRunArgs.__annotations__)),
         alias="gke-ray-tpu:runs",
@@ -510,205 +503,3 @@ class StackConfig(BaseModel):
         "minutes per run, then cached until the run changes) and a run XLA does not fit at some count fails preview; "
         "false: the HBM estimate decides, and says `uncertain` near the limit",
     )
-
-    @model_validator(mode="after")
-    def _across_keys(self) -> "StackConfig":
-        shape = self.shape
-        if self.num_slices > 1 and not shape.multi_host:
-            raise ConfigError(
-                config_key("tpu_topology"),
-                shape.topology,
-                f"a multi-host topology: GKE Multislice ({self.num_slices} slices) needs multi-host slices",
-            )
-        slices.elastic_min_slices(self.elastic_min_slices, self.num_slices, config_key("elastic_min_slices"))
-        if self.zone is not None and not self.zone.startswith(self.region + "-"):
-            raise ConfigError("gcp:zone", self.zone, f"a zone of gcp:region {self.region} (like {self.region}-b)")
-        capacity_rules.check_capacity(
-            self.capacity, self.reservation, self.scale_to_zero_or_default, self.max_run_duration, shape.generation,
-            key=lambda name: config_key({"max_run_duration_s": "max_run_duration"}.get(name, name)),
-        )
-        if self.autopilot:
-            capacity_rules.check_autopilot_capacity(self.capacity, config_key("capacity"))
-        self._queue_keys()
-        if not self.existing_cluster_name:
-            version = gke.parse_version(self.cluster_version, config_key("cluster_version"))
-            gke.check_gcs_fuse_floor(version, config_key("cluster_version"))
-            if self.capacity == "flex-start":
-                gke.check_flex_start_floor(version, config_key("cluster_version"))
-        gke_cluster.check_release_channel(self.cluster_mode, self.release_channel, config_key("release_channel"))
-        cidrs = self.dcn_cidrs_or_default
-        tpu_slice_node_pool.check_network_count(shape, len(cidrs), list(cidrs), config_key("dcn_cidrs"))
-        if cidrs and not self.existing_cluster_name:
-            gke.check_dranet_floor(
-                self.cluster_mode, gke.parse_version(self.cluster_version, config_key("cluster_version")), config_key("cluster_version")
-            )
-        if not self.autopilot:
-            dcn_networks.check_name_prefix(self.cluster_name, len(cidrs), key=config_key("cluster_name"))
-        gcs_workload_identity.check_subject(self.namespace, self.ksa_name, config_key("ksa_name"))
-        name_rule = naming.RAY_TPU_CLUSTER_NAME if shape.multi_host else naming.RAY_CLUSTER_NAME
-        name_rule.check(self.ray_cluster_name, config_key("ray_cluster_name"))
-        if self.existing_image_repository and not self.build_image:
-            raise ConfigError(
-                config_key("existing_image_repository"), self.existing_image_repository,
-                f"unset: nothing is pushed while {config_key('build_image')} is false",
-            )
-        return self
-
-    _QUEUE_KEYS = ("install_kueue", "pods_ready_timeout", "requeue_limit", "queueing_strategy", "cohort",
-                   "borrowing_limit", "lending_limit", "queued_provisioning")
-
-    def _queue_keys(self) -> None:
-        """The queue's keys apply where runs bring their own cluster (the stack then has a TpuQueue, whose Kueue
-        objects are named after the RayTpuCluster and its namespace)."""
-        if self.scale_to_zero_or_default:
-            kueue.queue_names(self.ray_cluster_name, self.namespace, config_key("ray_cluster_name"))
-            if self.queued_provisioning:
-                tpu_queue.check_queued_provisioning(self.capacity, self.num_slices, config_key("queued_provisioning"))
-            return
-        for field in self._QUEUE_KEYS:
-            if field in self.model_fields_set:
-                raise ConfigError(config_key(field), getattr(self, field),
-                                  f"unset on a stack that holds its slices: its runs go to its RayCluster, no queue "
-                                  f"(set {config_key('scale_to_zero')} true for runs that each bring a cluster and queue)")
-
-    @property
-    def shape(self) -> SliceShape:
-        return slice_shape(
-            self.tpu_generation, self.tpu_topology, key=config_key("tpu_topology"), generation_key=config_key("tpu_generation")
-        )
-
-    @property
-    def autopilot(self) -> bool:
-        return self.cluster_mode == "autopilot"
-
-    @property
-    def zone_or_default(self) -> str:
-        return self.zone or f"{self.region}-b"
-
-    @property
-    def cluster_location(self) -> str:
-        """Autopilot clusters are regional; the tutorial's Standard cluster is zonal."""
-        if self.existing_cluster_name:
-            return self.existing_cluster_location or self.zone_or_default
-        return self.region if self.autopilot else self.zone_or_default
-
-    @property
-    def dcn_cidrs_or_default(self) -> tuple[str, ...]:
-        if self.dcn_cidrs is None:
-            return dcn_networks.DEFAULT_CIDRS[: self.shape.generation.dcn_nics_per_host]
-        return dcn_networks.check_cidrs(self.dcn_cidrs, key=config_key("dcn_cidrs"))
-
-    @property
-    def scale_to_zero_or_default(self) -> bool:
-        return self.capacity_mode.scale_to_zero(self.scale_to_zero)
-
-    @property
-    def elastic_min_slices_or_default(self) -> int:
-        return slices.elastic_min_slices(self.elastic_min_slices, self.num_slices, config_key("elastic_min_slices"))
-
-    @property
-    def capacity_mode(self) -> capacity_rules.CapacityMode:
-        return capacity_rules.CAPACITY[self.capacity]
-
-    @property
-    def image_repository(self) -> str:
-        """The Artifact Registry repository the workers' image goes to: the existing one, or the one the stack creates."""
-        return self.existing_image_repository or f"{self.cluster_name}-images"
-
-    @property
-    def compute_class_name(self) -> Optional[str]:
-        return f"{self.ray_cluster_name}-tpu" if self.autopilot else None
-
-
-def parse_stack_config(raw: Mapping[str, str]) -> StackConfig:
-    """Validate the raw config of one stack (``{full key: string}``). Raises ConfigError on the first bad key."""
-    ours = {key: value for key, value in raw.items() if key.startswith(NAMESPACE + ":") or key in GCP_KEYS}
-    for key, instead in RETIRED_KEYS.items():
-        if key in ours:
-            raise ConfigError(key, ours[key], instead)
-    known = {field.alias for field in StackConfig.model_fields.values()}
-    unknown = sorted(key for key in ours if key not in known)
-    if unknown:
-        names = ", ".join(sorted(alias.split(":", 1)[1] for alias in known if alias.startswith(NAMESPACE)))
-        raise ConfigError(unknown[0], ours[unknown[0]], f"a known key: {names}")
-    empty = sorted(key for key, value in ours.items() if value == "")
-    if empty:
-        # What `pulumi config set <key> ""` stores: no key takes it, and it does not mean unset.
-        raise ConfigError(empty[0], "", f"a non-empty value (or remove the key: `pulumi config rm {empty[0]}`)")
-    try:
-        return StackConfig.model_validate(ours)
-    except ValidationError as error:
-        raise _config_error(error, ours) from None
-
-
-def _config_error(error: ValidationError, raw: Mapping[str, str]) -> ConfigError:
-    """The first problem, under the key the user set (``gke-ray-tpu:runs[0].minSlices``) and with the value they wrote."""
-    first = error.errors()[0]
-    loc = first["loc"]
-    cause = (first.get("ctx") or {}).get("error")
-    if isinstance(cause, ConfigError):
-        # A rule of a run's field names the field: the run goes in front of it.
-        return cause if len(loc) <= 1 or ":" in cause.key else cause.renamed(f"{_key(loc[:-1])}.{cause.key}")
-    if len(loc) == 1:
-        value = raw.get(loc[0])
-        if first["type"] in ("greater_than_equal", "less_than_equal"):
-            value = _INTEGER.validate_python(value)  # the number read, out of bounds; else what was written
-        expected = "a value (set it with `pulumi config set`)" if first["type"] == "missing" else _expected(loc, first["type"])
-        return ConfigError(loc[0], value, expected)
-    return ConfigError(_key(loc), None if first["type"] == "missing" else first["input"], _expected(loc, first["type"]))
-
-
-_INTEGER = TypeAdapter(int)
-
-
-def _key(loc: tuple) -> str:
-    return loc[0] + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc[1:])
-
-
-def _fields(model: type[BaseModel]) -> dict[str, FieldInfo]:
-    """A model's fields by the key a user writes."""
-    return {field.alias or name: field for name, field in model.model_fields.items()}
-
-
-def _expected(loc: tuple, error_type: str) -> str:
-    """What the value at ``loc`` (a key, or a run's index and field) takes, in words."""
-    if len(loc) == 1:
-        return _words(_fields(StackConfig)[loc[0]])
-    if len(loc) == 2:
-        return f"an object such as {json.dumps(_RUN_EXAMPLE)}"
-    if error_type == "extra_forbidden":
-        return f"a known field: {', '.join(_fields(DeclaredRun))}"
-    return _words(_fields(DeclaredRun)[loc[2]])
-
-
-def _words(field: FieldInfo) -> str:
-    """A field's type and bounds in words, unless it says otherwise (``json_schema_extra={"expected": ...}``)."""
-    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-    if "expected" in extra:
-        return str(extra["expected"])
-    kind = _bare(field.annotation)
-    if field.examples:
-        return f"a JSON {(get_origin(kind) or kind).__name__} such as {field.examples[0]}"
-    if get_origin(kind) is Literal:
-        return f"one of {', '.join(map(str, get_args(kind)))}"
-    if kind is bool:
-        return "true or false"
-    if kind is int:
-        low = next(m.ge for m in field.metadata if isinstance(m, Ge))
-        high = next((m.le for m in field.metadata if isinstance(m, Le)), None)
-        return f"an integer between {low} and {high}" if high is not None else f"an integer >= {low}"
-    return "a string"
-
-
-def _bare(annotation: Any) -> Any:
-    """The type under Optional[...] and Annotated[...]."""
-    if get_origin(annotation) is Union:
-        (annotation,) = [arg for arg in get_args(annotation) if arg is not type(None)]
-    return get_args(annotation)[0] if get_origin(annotation) is Annotated else annotation
-
-
-def raw_pulumi_config() -> dict[str, str]:
-    """Every config key of the running Pulumi program, as the engine passed it in."""
-    from pulumi.runtime import config as runtime_config
-
-    return {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}

@@ -39,7 +39,8 @@ from gke_ray_tpu.stack.checks import (
     check_cold_start, check_declared_runs, check_idle_cost, check_queue_admits, check_ray_image, check_run,
     check_waiting_cost, first_up, planned_job,
 )
-from gke_ray_tpu.stack.config import config_key, parse_stack_config
+from gke_ray_tpu.stack.parse import parse_stack_config
+from gke_ray_tpu.stack.config import config_key
 from gke_ray_tpu.stack.mock_engine import OfflineRun, load_stack_file, run_offline
 from gke_ray_tpu.stack.permissions import roles_section
 from gke_ray_tpu.stack.plan import StackPlan, plan_stack

@@ -13,7 +13,7 @@ from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.job_spec import COLD_START_ENV_VARS, RUNTIME_ENV_VARS
 from gke_ray_tpu.core.kuberay import ray_job_problems
 from gke_ray_tpu.stack import preview
-from gke_ray_tpu.stack.config import parse_stack_config
+from gke_ray_tpu.stack.parse import parse_stack_config
 from gke_ray_tpu.stack.mock_engine import MockGke, OfflineRun, run_offline
 from gke_ray_tpu.stack.checks import stack_costs
 from tests.conftest import with_keys

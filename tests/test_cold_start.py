@@ -11,7 +11,7 @@ from gke_ray_tpu.core import worker_env
 from gke_ray_tpu.preflight import cold_start
 from gke_ray_tpu.stack import preview
 from gke_ray_tpu.stack.checks import check_cold_start
-from gke_ray_tpu.stack.config import parse_stack_config
+from gke_ray_tpu.stack.parse import parse_stack_config
 from tests.conftest import with_keys
 
 LINE = re.compile(r"  ([* ]) (.+?): pulls ~([\d.]+) GB \(~(\d+) s\), (.+): ~(\d+) s(?:, \$([\d,.]+) of idle chips)?$")

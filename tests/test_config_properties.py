@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.kuberay import ray_job_problems
-from gke_ray_tpu.stack.config import NAMESPACE, RETIRED_KEYS, StackConfig, parse_stack_config
+from gke_ray_tpu.stack.parse import parse_stack_config
+from gke_ray_tpu.stack.config import NAMESPACE, RETIRED_KEYS, StackConfig
 from gke_ray_tpu.stack.mock_engine import OfflineRun, run_offline
 from gke_ray_tpu.preflight import xla_check
 from gke_ray_tpu.stack.checks import check_planned_run

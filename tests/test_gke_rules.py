@@ -14,7 +14,7 @@ from gke_ray_tpu.components.ray_tpu_cluster import spec_from_args
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.kuberay import auth_secret_name, supports_flat_resource_claims, supports_token_auth
 from gke_ray_tpu.stack.component_keys import component_keys, config_keys
-from gke_ray_tpu.stack.config import parse_stack_config
+from gke_ray_tpu.stack.parse import parse_stack_config
 from gke_ray_tpu.stack.mock_engine import MOCK_CHANNEL_VERSIONS, MockGke, OfflineRun, run_offline
 from tests.conftest import with_keys
 from tests.schemas import RAYCLUSTER_CRD

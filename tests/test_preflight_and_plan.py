@@ -11,7 +11,7 @@ from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.stack.mock_engine import OfflineRun, run_offline
 from gke_ray_tpu.preflight.report import planned_run
 from gke_ray_tpu.stack.checks import check_run
-from gke_ray_tpu.stack.config import parse_stack_config
+from gke_ray_tpu.stack.parse import parse_stack_config
 
 
 def test_preview_reports_the_default_runs_estimate_and_its_cost(dev_run):

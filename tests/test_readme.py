@@ -63,7 +63,7 @@ def test_every_relative_link_resolves(page):
 
 def test_the_readmes_first_pulumi_up_is_what_preview_prints_for_its_steps(dev_config):
     """The README quotes preview's last lines for the dev stack as its quick start sets it (flex-start)."""
-    from gke_ray_tpu.stack.config import parse_stack_config
+    from gke_ray_tpu.stack.parse import parse_stack_config
     from gke_ray_tpu.stack.checks import check_declared_runs, check_idle_cost, first_up
     from gke_ray_tpu.stack.plan import plan_stack
     from tests.conftest import with_keys
@@ -109,7 +109,7 @@ def test_the_quoted_cost_and_cold_start_are_what_preview_prints(dev_config):
     """deploy.md quotes the cost per capacity mode of the dev stack with flex-start, image.md its cold start: the
     first lines of what preview prints."""
     from gke_ray_tpu.stack.checks import check_cold_start, check_idle_cost
-    from gke_ray_tpu.stack.config import parse_stack_config
+    from gke_ray_tpu.stack.parse import parse_stack_config
     from tests.conftest import with_keys
 
     said: list[str] = []

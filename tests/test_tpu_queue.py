@@ -272,7 +272,7 @@ def test_from_another_language_the_queue_takes_the_clusters_fields_and_a_run_the
 def test_a_declared_run_the_queue_could_never_admit_fails_preview_naming_the_run(dev_config):
     from decimal import Decimal
 
-    from gke_ray_tpu.stack.config import parse_stack_config
+    from gke_ray_tpu.stack.parse import parse_stack_config
     from gke_ray_tpu.stack.checks import check_queue_admits
     from gke_ray_tpu.stack.plan import plan_stack
     from tests.conftest import with_keys

@@ -29,7 +29,7 @@ from gke_ray_tpu.core.presets import get_preset
 from gke_ray_tpu.core.tpu_catalogue import GENERATIONS, slice_shape
 from gke_ray_tpu.preflight import xla_check, xla_compile
 from gke_ray_tpu.stack import preview
-from gke_ray_tpu.stack.config import parse_stack_config
+from gke_ray_tpu.stack.parse import parse_stack_config
 from gke_ray_tpu.stack.mock_engine import OfflineRun, run_offline
 from tests.conftest import with_keys
 from tests.test_stack_dev import RAYCLUSTER
