@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import copy
+import json
 
 from kubernetes import client as k8s
 
@@ -14,7 +16,7 @@ class FakeCoreV1:
     """The CoreV1Api calls of the submit path, for a RayCluster ``c`` and its head service ``head-svc``.
 
     ``secrets``: name -> data (plain text values; served base64-encoded, as the
-    API server does), or an int: that status for reading it (403: not allowed).
+    API server does), or an int: the API server's error for reading it (403: not allowed).
     """
 
     api_client = None
@@ -28,7 +30,7 @@ class FakeCoreV1:
 
     def read_namespaced_service(self, name, namespace):
         if name != "head-svc":
-            raise k8s.ApiException(status=404, reason="Not Found")
+            raise api_error(not_found("", "services", name))
         return k8s.V1Service(spec=k8s.V1ServiceSpec(
             selector={"ray.io/node-type": "head", "ray.io/cluster": "c"},
             ports=[k8s.V1ServicePort(port=6379), k8s.V1ServicePort(port=8265, target_port=self.target_port)],
@@ -37,8 +39,13 @@ class FakeCoreV1:
     def read_namespaced_secret(self, name, namespace):
         self.secret_reads.append((namespace, name))
         found = self.secrets.get(name, 404)
+        if found == 404:
+            raise api_error(not_found("", "secrets", name))
+        if found == 403:
+            raise api_error(forbidden("", "secrets", name, f'User "someone@example.com" cannot get resource "secrets" '
+                                                         f'in API group "" in the namespace "{namespace}"'))
         if isinstance(found, int):
-            raise k8s.ApiException(status=found, reason={403: "Forbidden", 404: "Not Found"}.get(found, "Error"))
+            raise api_error(internal_error("etcdserver: request timed out"))
         return k8s.V1Secret(data={k: base64.b64encode(v.encode()).decode() for k, v in found.items()})
 
     def list_namespaced_pod(self, namespace, label_selector):
@@ -157,9 +164,142 @@ class FakeJobsClient:
         if self.jobs.get(sid) in ("PENDING", "RUNNING"):
             self.jobs[sid] = self.final
 
+# --- The API server's errors --------------------------------------------------------------------------------------
+# A fake answers as the API server does: a metav1.Status built by apimachinery's constructors
+# (k8s.io/apimachinery v0.35, pkg/api/errors/errors.go: NewNotFound, NewAlreadyExists, NewForbidden, NewUnauthorized,
+# NewConflict, NewInvalid, NewInternalError; a webhook's denial: k8s.io/apiserver
+# pkg/admission/plugin/webhook/errors/statuserror.go ToStatusErr), sent with its code, and raised as the Python
+# client raises it from that response (ApiException.from_response: the class per code, ``reason`` the status line's
+# reason phrase, ``body`` the Status as JSON). tests/test_fake_api_errors.py holds these to apimachinery's own tests.
+
+HTTP_REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 409: "Conflict",
+                422: "Unprocessable Entity", 429: "Too Many Requests", 500: "Internal Server Error",
+                503: "Service Unavailable"}
+"""Go's ``http.StatusText``: the reason phrase of the API server's status line, the client's ``ApiException.reason``."""
+FIELD_ERRORS = {"FieldValueNotFound": "Not found", "FieldValueRequired": "Required value",
+                "FieldValueDuplicate": "Duplicate value", "FieldValueInvalid": "Invalid value",
+                "FieldValueNotSupported": "Unsupported value", "FieldValueForbidden": "Forbidden"}
+"""``field.ErrorType`` and its ``String()`` (pkg/util/validation/field/errors.go)."""
+NO_VALUE = ("FieldValueRequired", "FieldValueForbidden")
+"""The field error types whose body names no value (``ErrorBody``)."""
+
+
+def _status(code: int, reason: str, message: str, details: dict | None = None) -> dict:
+    """A failure's ``metav1.Status`` as JSON: empty fields left out (``omitempty``)."""
+    status = {"status": "Failure", "message": message, "reason": reason, "code": code}
+    if details is not None:
+        status["details"] = {k: v for k, v in details.items() if v not in ("", None, [])}
+    return status
+
+
+def _qualified(group: str, name: str) -> str:
+    """``schema.GroupResource.String()`` / ``GroupKind.String()``: ``rayjobs.ray.io``, or ``pods`` in the core group."""
+    return f"{name}.{group}" if group else name
+
+
+def not_found(group: str, resource: str, name: str) -> dict:
+    return _status(404, "NotFound", f'{_qualified(group, resource)} "{name}" not found',
+                   {"group": group, "kind": resource, "name": name})
+
+
+def already_exists(group: str, resource: str, name: str) -> dict:
+    return _status(409, "AlreadyExists", f'{_qualified(group, resource)} "{name}" already exists',
+                   {"group": group, "kind": resource, "name": name})
+
+
+def conflict(group: str, resource: str, name: str, err: str) -> dict:
+    return _status(409, "Conflict", f'Operation cannot be fulfilled on {_qualified(group, resource)} "{name}": {err}',
+                   {"group": group, "kind": resource, "name": name})
+
+
+def forbidden(group: str, resource: str, name: str, err: str) -> dict:
+    if not resource:
+        message = f"forbidden: {err}"
+    elif not name:
+        message = f"{_qualified(group, resource)} is forbidden: {err}"
+    else:
+        message = f'{_qualified(group, resource)} "{name}" is forbidden: {err}'
+    return _status(403, "Forbidden", message, {"group": group, "kind": resource, "name": name})
+
+
+def unauthorized(reason: str = "") -> dict:
+    return _status(401, "Unauthorized", reason or "not authorized")
+
+
+def internal_error(err: str) -> dict:
+    return _status(500, "InternalError", f"Internal error occurred: {err}", {"causes": [{"message": err}]})
+
+
+def field_error(kind: str, field: str, value=None, detail: str = "") -> dict:
+    """A ``field.Error`` as its StatusCause: ``reason`` its type, ``message`` its ``ErrorBody()``."""
+    body = FIELD_ERRORS[kind]
+    if kind not in NO_VALUE:
+        if isinstance(value, str):
+            body += f": {json.dumps(value)}"
+        elif isinstance(value, (bool, int, float)):
+            body += f": {str(value).lower() if isinstance(value, bool) else value}"
+        else:
+            body += f": {json.dumps(value, separators=(',', ':'))}"
+    if detail:
+        body += f": {detail}"
+    return {"reason": kind, "message": body, "field": field}
+
+
+def invalid(group: str, kind: str, name: str, causes: list[dict]) -> dict:
+    """``NewInvalid``: the causes, and the message of their aggregate (one: itself; more: in brackets)."""
+    errors = list(dict.fromkeys(f"{c['field']}: {c['message']}" for c in causes))
+    message = f'{_qualified(group, kind)} "{name}" is invalid'
+    if errors:
+        message += ": " + (errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]")
+    return _status(422, "Invalid", message, {"group": group, "kind": kind, "name": name, "causes": causes})
+
+
+def webhook_denied(webhook: str, result: dict | None) -> dict:
+    """``ToStatusErr``: the webhook's Status with a code of at least 400, ``Failure``, and who denied it."""
+    status = dict(result or {"status": "Failure"})
+    denied_by = f'admission webhook "{webhook}" denied the request'
+    if (status.get("code") or 0) < 400:
+        status["code"] = 400
+    if status.get("status") in (None, "", "Success"):
+        status["status"] = "Failure"
+    if status.get("message"):
+        status["message"] = f"{denied_by}: {status['message']}"
+    elif status.get("reason"):
+        status["message"] = f"{denied_by}: {status['reason']}"
+    else:
+        status["message"] = f"{denied_by} without explanation"
+    return status
+
+
+class _Response:
+    """What ``ApiException.from_response`` reads of an HTTP response."""
+
+    def __init__(self, status: dict):
+        self.status = status["code"]
+        self.reason = HTTP_REASONS.get(self.status, "")
+        self.data = json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, **status}).encode()
+        self.headers = {"Content-Type": "application/json"}
+
+
+def api_error(status: dict) -> k8s.ApiException:
+    """The exception the Python client raises for an API server's answer of ``status``."""
+    response = _Response(status)
+    try:
+        k8s.ApiException.from_response(http_resp=response, body=response.data.decode(), data=None)
+    except k8s.ApiException as error:
+        return error
+    raise AssertionError("ApiException.from_response returned")
+
+
+def status_of(error: k8s.ApiException) -> dict:
+    """The Status an ApiException carries in its body."""
+    return json.loads(error.body)
+
 
 REPLICA_INDEX_LABEL = "ray.io/worker-group-replica-index"
 """The slice (replica) a multi-host worker pod belongs to, as KubeRay >= 1.6 labels it."""
+RAYJOBS = ("ray.io", "rayjobs")
+"""The group and resource of RayJobs, as the API server's errors name them."""
 
 
 class FakeKubeRay:
@@ -433,22 +573,35 @@ class _FakeCustom:
         assert (group, version, plural) == ("ray.io", "v1", "rayjobs")
 
     def create_namespaced_custom_object(self, group, version, namespace, plural, body):
-        import copy
+        """The API server's create: its validation of the CRD (422 Invalid) and a name taken (409 AlreadyExists)."""
+        import jsonschema
+
+        from tests.schemas import Refused, validate_ray_job, validate_writes
 
         self._check(group, version, plural)
         name = body["metadata"]["name"]
+        try:
+            validate_ray_job(body)
+        except Refused as e:  # the CRD's CEL rules: a cause per rule
+            causes = [field_error("FieldValueInvalid", v.field, v.rule.type, v.detail) for v in e.violations]
+            raise api_error(invalid("ray.io", "RayJob", name, causes)) from None
+        except jsonschema.ValidationError as e:  # its schema
+            where = ".".join(str(step) for step in e.absolute_path) or "<nil>"
+            raise api_error(invalid("ray.io", "RayJob", name, [field_error("FieldValueInvalid", where, e.instance,
+                                                                            e.message)])) from None
         if name in self.kube.ray_jobs:
-            raise k8s.ApiException(status=409, reason="AlreadyExists")
+            raise api_error(already_exists(*RAYJOBS, name))
         self.kube.created.append(copy.deepcopy(body))
         job = copy.deepcopy(body)
         job["metadata"]["creationTimestamp"] = FakeKubeRay.CREATED
         self.kube.ray_jobs[name] = job
+        validate_writes(self.kube, [job])
         return job
 
     def get_namespaced_custom_object(self, group, version, namespace, plural, name):
         self._check(group, version, plural)
         if name not in self.kube.ray_jobs:
-            raise k8s.ApiException(status=404, reason="Not Found")
+            raise api_error(not_found(*RAYJOBS, name))
         self.kube.reads += 1
         self.kube.advance(self.kube.ray_jobs[name])
         return self.kube.ray_jobs[name]
@@ -468,7 +621,7 @@ class _FakeCore:
         self.kube.services_read.append(name)
         cluster = name.removesuffix("-head-svc")
         if cluster not in self.kube.clusters:
-            raise k8s.ApiException(status=404, reason="Not Found")
+            raise api_error(not_found("", "services", name))
         return k8s.V1Service(spec=k8s.V1ServiceSpec(
             selector={"ray.io/cluster": cluster, "ray.io/node-type": "head"},
             ports=[k8s.V1ServicePort(port=8265, target_port="dashboard")],
@@ -483,7 +636,7 @@ class _FakeCore:
             if auth_secret_name(cluster) == name:
                 token = base64.b64encode(f"token-of-{cluster}".encode()).decode()
                 return k8s.V1Secret(data={AUTH_TOKEN_KEY: token})
-        raise k8s.ApiException(status=404, reason="Not Found")
+        raise api_error(not_found("", "secrets", name))
 
     def list_namespaced_pod(self, namespace, label_selector):
         wanted = dict(item.split("=") for item in label_selector.split(","))

@@ -366,11 +366,16 @@ class FakeExtensions:
         self.crd, self.status = crd, status
 
     def read_custom_resource_definition(self, name):
-        from kubernetes.client.exceptions import ApiException
+        from tests.fakes import api_error, forbidden, not_found
 
         assert name == "rayclusters.ray.io"
-        if self.status:
-            raise ApiException(status=self.status, reason="Forbidden" if self.status == 403 else "Not Found")
+        crds = ("apiextensions.k8s.io", "customresourcedefinitions")
+        if self.status == 403:
+            raise api_error(forbidden(*crds, name, 'User "someone@example.com" cannot get resource '
+                                                   '"customresourcedefinitions" in API group "apiextensions.k8s.io" '
+                                                   'at the cluster scope'))
+        if self.status == 404:
+            raise api_error(not_found(*crds, name))
         return self.crd
 
 

@@ -403,14 +403,15 @@ def test_a_valid_short_submission_id_is_its_own_rayjob_name():
 
 def test_a_user_who_may_not_list_rayjobs_gets_one_line_and_exit_3(capsys, tmp_path, per_run_outputs, kube,
                                                                   monkeypatch):
-    from kubernetes import client as k8s
+    from tests.fakes import api_error, forbidden
 
     fake = kube(FakeJobsClient(log=STEPS_LOG))
 
-    def forbidden(*args):
-        raise k8s.ApiException(status=403, reason="Forbidden")
+    def may_not_list(*args):
+        raise api_error(forbidden("ray.io", "rayjobs", "", 'User "someone@example.com" cannot list resource '
+                                                          '"rayjobs" in API group "ray.io" in the namespace "default"'))
 
-    monkeypatch.setattr(fake.custom, "list_namespaced_custom_object", forbidden)
+    monkeypatch.setattr(fake.custom, "list_namespaced_custom_object", may_not_list)
     rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, per_run_outputs), "run_name=f")
     assert rc == 3 and "Traceback" not in err
     assert err.splitlines()[-1] == (
