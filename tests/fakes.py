@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+from datetime import datetime, timedelta
 
 from kubernetes import client as k8s
 
@@ -164,6 +165,7 @@ class FakeJobsClient:
         if self.jobs.get(sid) in ("PENDING", "RUNNING"):
             self.jobs[sid] = self.final
 
+
 # --- The API server's errors --------------------------------------------------------------------------------------
 # A fake answers as the API server does: a metav1.Status built by apimachinery's constructors
 # (k8s.io/apimachinery v0.35, pkg/api/errors/errors.go: NewNotFound, NewAlreadyExists, NewForbidden, NewUnauthorized,
@@ -298,68 +300,74 @@ def status_of(error: k8s.ApiException) -> dict:
 
 REPLICA_INDEX_LABEL = "ray.io/worker-group-replica-index"
 """The slice (replica) a multi-host worker pod belongs to, as KubeRay >= 1.6 labels it."""
+TERMINAL_JOB_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
+"""``rayv1.IsJobTerminal``."""
 RAYJOBS = ("ray.io", "rayjobs")
 """The group and resource of RayJobs, as the API server's errors name them."""
 
 
 class FakeKubeRay:
-    """The Kubernetes API of a cluster with KubeRay and GKE's cluster autoscaler, for runs that bring their own
-    RayCluster: ``core`` (CoreV1Api: pods, events, services, port-forward) and ``custom`` (CustomObjectsApi: RayJobs).
+    """The Kubernetes API of a cluster with KubeRay (v1.7.0) and GKE's cluster autoscaler, for runs that bring their
+    own RayCluster: ``core`` (CoreV1Api: pods, events, services, port-forward) and ``custom`` (CustomObjectsApi:
+    RayJobs, validated as the API server validates them: tests/schemas.py, refused with its 422).
 
-    Each read of a RayJob moves it on, as KubeRay and GKE would between two polls: KubeRay creates the RayCluster
-    (a head pod and ``replicas`` x ``numOfHosts`` TPU worker pods, all pending), the head comes up, then one TPU host
-    per read; once all are ready KubeRay posts the job to the head's Jobs API (``jobs``, a FakeJobsClient: HTTPMode)
-    and the RayJob is Running. When that job has ended, the RayJob is Complete (or Failed) and, as
-    ``shutdownAfterJobFinishes`` asks, the RayCluster and its pods are deleted. ``slices_never_come``: the worker pods
-    stay pending, the scheduler and the cluster autoscaler say why, and after ``deadline_reads`` reads the attempt
-    fails if the RayJob set ``preRunningDeadlineSeconds`` (below). A failed job is retried on a new cluster while the
-    RayJob's ``backoffLimit`` allows. ``slices_that_come``: only that many slices' worker pods come up (the head does), the
-    others stay pending as with ``slices_never_come``.
+    Each read of a RayJob is ``seconds_per_read`` later. The world moves first: the RayCluster's pods come up, one
+    per read (the head first), unless ``slices_never_come`` (no pod is ever scheduled; the scheduler and the cluster
+    autoscaler say why in events) or ``slices_that_come`` (only that many slices' worker pods come up); an elastic
+    run's pods wait for Kueue's scheduling gate (:meth:`ungate`); while its job runs, Ray's autoscaler raises an
+    autoscaling group's ``replicas`` to ``maxReplicas`` after ``grows_after`` reads; a job nobody follows ends after
+    ``ends_after[name]`` reads. Then KubeRay reconciles the RayJob until it has nothing left to do (it requeues every
+    3 s, far more often than anyone polls).
 
-    ``preRunningDeadlineSeconds`` is KubeRay's per attempt: reaching it is a failure KubeRay retries like any
-    other while ``backoffLimit`` allows, on a new cluster with the deadline counted again
-    (``rayjob_controller.go``: ``PreRunningDeadlineExceeded`` is not among the reasons exempt from retries), so a run
-    with no capacity can wait ``backoffLimit + 1`` deadlines; ``deadline_reads`` stands for one.
+    Its reconcile is KubeRay's for an HTTPMode RayJob that brings its cluster (``rayjob_controller.go`` at v1.7.0,
+    :meth:`reconcile`, function by function), held to KubeRay's own tests in tests/test_fake_kuberay.py: New to
+    Initializing (``initRayJobStatusIfNeed``: the job id, a new cluster name, the start time); in Initializing the
+    suspend flag, ``activeDeadlineSeconds`` and ``preRunningDeadlineSeconds`` (counted from that start), then the
+    cluster, created if missing, until it is ready; Running: the job posted to the head's Jobs API (``jobs``, a
+    FakeJobsClient) when it does not know it, then its status, Complete or Failed once terminal (STOPPED is Complete,
+    FAILED is Failed for AppFailed); a failure is retried on a new cluster while ``backoffLimit`` allows
+    (``checkBackoffLimitAndUpdateStatusIfNeeded``: Retrying, then New; not for DeadlineExceeded), ``status.failed``
+    counting every failed attempt; ``spec.suspend`` (Kueue's) turns Initializing or Running into Suspending, whose
+    cluster is deleted before it is Suspended, and unsuspended it is New again; a finished RayJob's cluster is
+    deleted ``ttlSecondsAfterFinished`` after its end where ``shutdownAfterJobFinishes``. A status change is stored
+    only where ``updateRayJobStatus`` would store it. Once every pod is ready the RayCluster's state is ``ready`` and
+    stays so (``calculateStatus`` never sets a ready cluster back): what Kueue reads as the run's pods being ready.
 
-    A RayJob with ``spec.suspend`` (Kueue's, until it admits the run) is held as KubeRay holds it
-    (``rayjob_controller.go``): no cluster while ``Suspended``; suspending one that is ``Initializing`` or
-    ``Running`` deletes its cluster and clears its cluster and job status; unsuspended, it starts again from
-    ``New``, with a new cluster. Once every pod is ready the RayJob's ``rayClusterStatus.state`` is ``ready``
-    (what Kueue reads as the run's pods being ready), and stays so (``calculateStatus`` never sets a ready
-    cluster back).
-
-    Each cluster is a RayCluster (``ray_clusters``: its spec, whose worker group's ``replicas`` KubeRay keeps in
-    pods). An elastic run's cluster (``kueue.x-k8s.io/elastic-job``, which KubeRay copies from the RayJob) has
-    every pod template gated by Kueue's ``kueue.x-k8s.io/elastic-job`` scheduling gate, as Kueue's RayCluster
-    webhook sets it (``raycluster_webhook.go``): a gated pod is never scheduled until Kueue ungates it
-    (:meth:`ungate`). ``grows_after``: that many reads after such a run's job started, Ray's autoscaler raises
-    the group's ``replicas`` to ``maxReplicas`` (Ray Train asked for every slice) and KubeRay creates their pods.
-    ``ends_after``: RayJob name -> reads after its job started when its job ends, for runs nobody follows.
+    Not modelled: K8sJobMode, SidecarMode and InteractiveMode (the stack submits in HTTPMode), ``clusterSelector``,
+    ``deletionStrategy`` (behind the alpha RayJobDeletionPolicy gate), KubeRay's validation (``ValidationFailed``:
+    ``gke_ray_tpu.core.kuberay.ray_job_problems`` holds what the stack's manifests must pass), the job-status-check
+    timeout and the transition grace period (the Jobs API always answers here), ``rayJobInfo``, and a RayCluster
+    status beyond its ``state``.
     """
 
     CREATED = "2026-12-04T06:00:00Z"
 
-    def __init__(self, jobs: FakeJobsClient, *, slices_never_come: bool = False, deadline_reads: int = 6,
+    def __init__(self, jobs: FakeJobsClient, *, slices_never_come: bool = False, seconds_per_read: int = 60,
                  slices_that_come: int | None = None, grows_after: int | None = None,
                  ends_after: dict[str, int] | None = None):
         self.jobs = jobs
         self.slices_never_come = slices_never_come
         self.slices_that_come = slices_that_come
-        self.deadline_reads = deadline_reads
+        self.seconds_per_read = seconds_per_read
+        """Seconds between two reads of a RayJob (the fake Kueue sets its own)."""
         self.grows_after = grows_after
         self.ends_after = dict(ends_after or {})
         self.ray_clusters: dict[str, dict] = {}
         """Each live RayCluster's spec, as the RayJob's (and, for an elastic run, Kueue's webhook) made it."""
-        self.seconds_per_read: int | None = None
-        """Seconds between two reads where a clock runs (behind the fake Kueue): the deadline is then counted in
-        seconds, as KubeRay counts it, rather than in ``deadline_reads``."""
+        self.cluster_log: list[str] = []
+        """Every RayCluster KubeRay created, in order."""
+        self.ready_clusters: set[str] = set()
+        """The RayClusters whose state is ``ready``."""
         self.running_reads: dict[str, int] = {}
         self.ray_jobs: dict[str, dict] = {}
         self.created: list[dict] = []
         """Every RayJob as it was created."""
-        self.waits: dict[str, int] = {}
-        self.admissions: dict[str, int] = {}
-        """Times each RayJob was unsuspended after a suspension."""
+        self.ages: dict[str, int] = {}
+        """Reads of each RayJob since it was created: its clock (``seconds_per_read`` each)."""
+        self.names: dict[str, int] = {}
+        """Cluster names KubeRay has given each RayJob (``GenerateRayClusterName``, a random suffix: here numbered)."""
+        self.history: dict[str, list[str]] = {}
+        """Each RayJob's ``jobDeploymentStatus`` at every status update KubeRay stored ("" is New)."""
         self.pods: dict[str, k8s.V1Pod] = {}
         self.events: list[k8s.CoreV1Event] = []
         self.clusters: set[str] = set()
@@ -369,69 +377,235 @@ class FakeKubeRay:
         self.core = _FakeCore(self)
         self.custom = _FakeCustom(self)
 
+    # --- the clock --------------------------------------------------------------------------------------------
+
+    def _now(self, job: dict) -> int:
+        """Seconds on the RayJob's clock: 0 at its first read, ``seconds_per_read`` more at each read after."""
+        return max(0, self.ages.get(job["metadata"]["name"], 0) - 1) * self.seconds_per_read
+
+    def _timestamp(self, job: dict) -> str:
+        return (_parse(self.CREATED) + timedelta(seconds=self._now(job))).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def _since(self, job: dict, field: str) -> int:
+        return self._now(job) - int((_parse(job["status"][field]) - _parse(self.CREATED)).total_seconds())
+
+    # --- one read -----------------------------------------------------------------------------------------------
+
     def advance(self, job: dict) -> None:
-        spec, status = job["spec"], job.setdefault("status", {})
+        """A read's worth of time for one RayJob: the world moves, then KubeRay reconciles until it rests."""
+        from tests.schemas import validate_writes
+
         name = job["metadata"]["name"]
-        state = status.get("jobDeploymentStatus")
-        if state in ("Complete", "Failed"):
+        self.ages[name] = self.ages.get(name, 0) + 1
+        job.setdefault("status", {})
+        self._world(job)
+        for _ in range(20):
+            before = copy.deepcopy(job["status"])
+            acted = self.reconcile(job)
+            if not acted and job["status"] == before:
+                break
+        else:
+            raise AssertionError(f"KubeRay's reconcile of {name} never rests: {job['status']}")
+        validate_writes(self, [job])
+
+    def _world(self, job: dict) -> None:
+        """Between two reads: the RayCluster's state as its controller saw the pods, then one pod up (or the
+        scheduler's and the autoscaler's word on why none), Ray's autoscaler, and a job nobody follows ending."""
+        name = job["metadata"]["name"]
+        cluster = job["status"].get("rayClusterName") or ""
+        if cluster not in self.ray_clusters:
             return
-        if self._suspended(job):
+        pods = self._pods_of(cluster)
+        if pods and all(p.status.phase == "Running" for p in pods):
+            self.ready_clusters.add(cluster)
+        running = job["status"].get("jobDeploymentStatus") == "Running"
+        if running:
+            self.running_reads[name] = self.running_reads.get(name, 0) + 1
+            spec = self.ray_clusters[cluster]
+            for group in spec["workerGroupSpecs"]:
+                if (spec.get("enableInTreeAutoscaling") and self.grows_after is not None
+                        and self.running_reads[name] >= self.grows_after and group["replicas"] < group["maxReplicas"]):
+                    first, group["replicas"] = group["replicas"], group["maxReplicas"]
+                    self._worker_pods(cluster, group, first)
+        pending = [p for p in self._pods_of(cluster) if p.status.phase == "Pending" and not p.spec.scheduling_gates]
+        coming = [] if self.slices_never_come else [p for p in pending if self._comes(p)]
+        if coming:
+            _run(min(coming, key=lambda p: (p.metadata.labels["ray.io/node-type"] != "head", p.metadata.name)))
+        elif pending:
+            self._unschedulable(cluster)
+        if running and name in self.ends_after and self.running_reads[name] >= self.ends_after[name]:
+            self.jobs.jobs[job["spec"]["jobId"]] = "SUCCEEDED"
+
+    # --- KubeRay's reconcile (rayjob_controller.go, v1.7.0) ---------------------------------------------------
+
+    def reconcile(self, job: dict) -> bool:
+        """One pass of ``RayJobReconciler.Reconcile``; True where it acted beyond the RayJob's status (a cluster
+        created or deleted, the job posted)."""
+        spec, status = job["spec"], job["status"]
+        original = copy.deepcopy(status)
+        state = status.get("jobDeploymentStatus", "")
+        acted = False
+        if state == "":
+            self._init_status(job)
+        elif state == "Initializing":
+            if not (self._to_suspending(job) or self._active_deadline(job) or self._pre_running_deadline(job)):
+                acted = self._get_or_create_cluster(job)
+                if status["rayClusterName"] not in self.ready_clusters:
+                    status["rayClusterStatus"] = {}
+                else:
+                    status["dashboardURL"] = f"{status['rayClusterName']}-head-svc.{job['metadata']['namespace']}.svc.cluster.local:8265"
+                    status["jobDeploymentStatus"] = "Running"
+        elif state == "Running":
+            if not (self._to_suspending(job) or self._active_deadline(job)):
+                acted = self._get_or_create_cluster(job)
+                ray_status = self.jobs.jobs.get(status["jobId"])
+                if ray_status is None:  # GetJobInfo: not found; HTTPMode posts it (reconcileHTTPModeJobNotFound)
+                    self.jobs.jobs[status["jobId"]] = "RUNNING"
+                    self.jobs.submitted.append(dict(submission_id=status["jobId"], entrypoint=spec["entrypoint"],
+                                                    runtime_env_yaml=spec["runtimeEnvYAML"],
+                                                    cluster=status["rayClusterName"]))
+                    acted = True
+                else:
+                    deployment, reason = "Running", ""
+                    if ray_status in TERMINAL_JOB_STATUSES:
+                        deployment, reason = ("Failed", "AppFailed") if ray_status == "FAILED" else ("Complete", "")
+                    status.update(rayClusterStatus=self._cluster_status(status["rayClusterName"]), jobStatus=ray_status,
+                                  jobDeploymentStatus=deployment)
+                    _set(status, "reason", reason)
+                    _set(status, "message", self.jobs.message)
+        elif state in ("Suspending", "Retrying"):
+            if not self._delete_cluster_resources(job):
+                return True  # the deletion is under way: KubeRay requeues
+            if state == "Retrying":  # the new cluster's Jobs API has not seen the job
+                self.jobs.jobs.pop(status.get("jobId"), None)
+            for field in ("rayClusterName", "dashboardURL", "jobId", "message", "reason", "jobStatus"):
+                status.pop(field, None)
+            status["rayClusterStatus"] = {}
+            status["jobDeploymentStatus"] = "Suspended" if state == "Suspending" else ""
+        elif state == "Suspended":
+            if spec.get("suspend"):
+                return False  # already suspended: no requeue
+            status.pop("jobStatus", None)
+            status["jobDeploymentStatus"] = ""
+        elif state in ("Complete", "Failed"):  # handleShutdownAfterJobFinishes; no status update, no retry
+            if spec.get("shutdownAfterJobFinishes") and \
+                    self._since(job, "endTime") >= spec.get("ttlSecondsAfterFinished", 0):
+                return not self._delete_cluster_resources(job)
+            return False
+        self._check_backoff_limit(job)
+        self._update_status(job, original)
+        return acted
+
+    def _init_status(self, job: dict) -> None:
+        """``initRayJobStatusIfNeed``: the job id (HTTPMode: ``spec.jobId``), a new cluster name, the start."""
+        spec, status = job["spec"], job["status"]
+        status.setdefault("jobId", spec["jobId"])
+        if not status.get("rayClusterName"):
+            name = job["metadata"]["name"]
+            count = self.names.get(name, 0)
+            self.names[name] = count + 1
+            status["rayClusterName"] = f"{name}-x7k2p{count or ''}"
+        status["jobDeploymentStatus"] = "Initializing"
+        status["startTime"] = self._timestamp(job)
+
+    @staticmethod
+    def _to_suspending(job: dict) -> bool:
+        """``updateStatusToSuspendingIfNeeded``: a suspended RayJob that is Initializing or Running."""
+        if not job["spec"].get("suspend") or job["status"].get("jobDeploymentStatus") not in ("Running", "Initializing"):
+            return False
+        job["status"]["jobDeploymentStatus"] = "Suspending"
+        return True
+
+    def _active_deadline(self, job: dict) -> bool:
+        """``checkActiveDeadlineAndUpdateStatusIfNeeded``: Failed, DeadlineExceeded (never retried)."""
+        return self._deadline(job, "activeDeadlineSeconds", "DeadlineExceeded")
+
+    def _pre_running_deadline(self, job: dict) -> bool:
+        """``checkPreRunningDeadlineAndUpdateStatusIfNeeded``: Failed, PreRunningDeadlineExceeded (retried)."""
+        return self._deadline(job, "preRunningDeadlineSeconds", "PreRunningDeadlineExceeded")
+
+    def _deadline(self, job: dict, field: str, reason: str) -> bool:
+        seconds = job["spec"].get(field)
+        if seconds is None or self._since(job, "startTime") < seconds:
+            return False
+        started = _parse(job["status"]["startTime"]).strftime("%Y-%m-%d %H:%M:%S +0000 UTC")
+        job["status"].update(jobDeploymentStatus="Failed", reason=reason,
+                             message=f"The RayJob has passed the {field}. StartTime: {started}. "
+                                     f"{field[0].upper()}{field[1:]}: {seconds}")
+        return True
+
+    @staticmethod
+    def _check_backoff_limit(job: dict) -> None:
+        """``checkBackoffLimitAndUpdateStatusIfNeeded``: count the attempt's end; a failure is Retrying while
+        ``failed < backoffLimit + 1``, unless the deadline or the status checks ran out."""
+        spec, status = job["spec"], job["status"]
+        failed, succeeded = status.get("failed") or 0, status.get("succeeded") or 0
+        if status.get("jobDeploymentStatus") == "Failed":
+            failed += 1
+        if status.get("jobStatus") == "SUCCEEDED" and status.get("jobDeploymentStatus") == "Complete":
+            succeeded += 1
+        status.update(failed=failed, succeeded=succeeded)
+        limit = spec.get("backoffLimit")
+        if status.get("jobDeploymentStatus") == "Failed" and limit is not None and failed < limit + 1 \
+                and status.get("reason") not in ("DeadlineExceeded", "JobStatusCheckTimeoutExceeded"):
+            status["jobDeploymentStatus"] = "Retrying"
+
+    def _update_status(self, job: dict, original: dict) -> None:
+        """``updateRayJobStatus``: stored only if the job or deployment status or the cluster's status changed; the
+        end time on a change to Complete or Failed. Otherwise what this pass wrote is lost."""
+        status = job["status"]
+        changed = any(original.get(k, "") != status.get(k, "") for k in ("jobStatus", "jobDeploymentStatus")) or \
+            original.get("rayClusterStatus", {}) != status.get("rayClusterStatus", {})
+        if not changed:
+            job["status"] = original
             return
-        if state in (None, "", "Retrying"):
-            cluster = f"{name}-x7k2p{status.get('failed') or ''}{self.admissions.get(name) or ''}"
-            status.update(jobDeploymentStatus="Initializing", rayClusterName=cluster, startTime=self.CREATED,
-                          jobId=spec["jobId"])
-            self._create_cluster(job, cluster)
-            return
-        cluster = status["rayClusterName"]
-        if state == "Initializing":
-            self.waits[name] = self.waits.get(name, 0) + 1
-            pending = [p for p in self._pods_of(cluster) if p.status.phase == "Pending" and not p.spec.scheduling_gates]
-            if self.slices_never_come:
-                self._unschedulable(cluster)
-                self._check_pre_running_deadline(job)
-                return
-            coming = [p for p in pending if self._comes(p)]
-            if coming:
-                _run(sorted(coming, key=lambda p: (p.metadata.labels["ray.io/node-type"] != "head",
-                                                   p.metadata.name))[0])
-                return
-            if pending or any(p.status.phase == "Pending" for p in self._pods_of(cluster)):
-                if pending:  # the slices that come are up; the others never will
-                    self._unschedulable(cluster)
-                self._check_pre_running_deadline(job)
-                return
-            # Every pod is ready: KubeRay posts the job (HTTPMode).
-            self.running_reads[name] = 0
-            self.jobs.jobs[spec["jobId"]] = "RUNNING"
-            self.jobs.submitted.append(dict(submission_id=spec["jobId"], entrypoint=spec["entrypoint"],
-                                            runtime_env_yaml=spec["runtimeEnvYAML"], cluster=cluster))
-            status.update(jobDeploymentStatus="Running", jobStatus="RUNNING", rayClusterStatus={"state": "ready"})
-            return
-        self._while_running(job, status["rayClusterName"])
-        ray_status = self.jobs.jobs.get(spec["jobId"], "RUNNING")
-        if ray_status == "FAILED" and (status.get("failed") or 0) < spec.get("backoffLimit", 0):
-            # A retry: a new cluster, whose Jobs API has not seen the job yet.
-            status.update(jobDeploymentStatus="Retrying", jobStatus="FAILED", failed=(status.get("failed") or 0) + 1,
-                          rayClusterStatus={})
-            self._delete_cluster(job, retrying=True)
-            del self.jobs.jobs[spec["jobId"]]
-            return
-        if ray_status in ("SUCCEEDED", "FAILED", "STOPPED"):
-            status.update(jobStatus=ray_status, endTime=self.CREATED,
-                          jobDeploymentStatus="Complete" if ray_status == "SUCCEEDED" else "Failed",
-                          reason="" if ray_status == "SUCCEEDED" else "AppFailed")
-            self._delete_cluster(job)
+        if status.get("jobDeploymentStatus") in ("Complete", "Failed"):
+            status["endTime"] = self._timestamp(job)
+        self.history.setdefault(job["metadata"]["name"], []).append(status.get("jobDeploymentStatus", ""))
+
+    def _get_or_create_cluster(self, job: dict) -> bool:
+        """``getOrCreateRayClusterInstance``: the RayJob's RayCluster, created if missing (True: created)."""
+        cluster = job["status"]["rayClusterName"]
+        if cluster in self.ray_clusters:
+            return False
+        self._create_cluster(job, cluster)
+        return True
+
+    def _delete_cluster_resources(self, job: dict) -> bool:
+        """``deleteClusterResources``: True once the cluster is gone; the first call deletes it (its pods go with
+        it, by their owner reference) and says it is not gone yet."""
+        cluster = job["status"].get("rayClusterName") or ""
+        if cluster not in self.ray_clusters:
+            return True
+        self.clusters.discard(cluster)
+        self.ray_clusters.pop(cluster, None)
+        self.ready_clusters.discard(cluster)
+        for pod_name in [n for n, p in self.pods.items() if p.metadata.labels["ray.io/cluster"] == cluster]:
+            del self.pods[pod_name]
+        return False
+
+    def _cluster_status(self, cluster: str) -> dict:
+        return {"state": "ready"} if cluster in self.ready_clusters else {}
+
+    # --- the RayCluster and its pods ----------------------------------------------------------------------------
 
     def _create_cluster(self, job: dict, cluster: str) -> None:
-        """KubeRay's RayCluster for the RayJob (an elastic one gated by Kueue's webhook), and its pods."""
-        import copy
+        """KubeRay's RayCluster for the RayJob (``constructRayClusterForRayJob``; an elastic one gated by Kueue's
+        webhook), validated as the API server would take it, and its pods."""
+        from tests.schemas import validate_ray_cluster
 
         spec = copy.deepcopy(job["spec"]["rayClusterSpec"])
         if (job["metadata"].get("annotations") or {}).get(ELASTIC_JOB_ANNOTATION) == "true":
             for template in [spec["headGroupSpec"]["template"], *(g["template"] for g in spec["workerGroupSpecs"])]:
                 template["spec"]["schedulingGates"] = [{"name": ELASTIC_JOB_ANNOTATION}]
+        validate_ray_cluster({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                              "metadata": {"name": cluster, "namespace": job["metadata"]["namespace"],
+                                           "labels": {**(job["metadata"].get("labels") or {}),
+                                                      "ray.io/originated-from-cr-name": job["metadata"]["name"],
+                                                      "ray.io/originated-from-crd": "RayJob"}},
+                              "spec": spec})
         self.ray_clusters[cluster] = spec
+        self.cluster_log.append(cluster)
         self.clusters.add(cluster)
         self._pod(cluster, f"{cluster}-head", "head", gated=self._gated(spec["headGroupSpec"]))
         for group in spec["workerGroupSpecs"]:
@@ -446,25 +620,6 @@ class FakeKubeRay:
     def _gated(group: dict) -> bool:
         return bool(group["template"]["spec"].get("schedulingGates"))
 
-    def _while_running(self, job: dict, cluster: str) -> None:
-        """A running run's cluster: the autoscaler's growth, ungated pods coming up, a job nobody follows ending."""
-        name = job["metadata"]["name"]
-        self.running_reads[name] = self.running_reads.get(name, 0) + 1
-        spec = self.ray_clusters.get(cluster)
-        if spec is None:
-            return
-        for group in spec["workerGroupSpecs"]:
-            if (spec.get("enableInTreeAutoscaling") and self.grows_after is not None
-                    and self.running_reads[name] >= self.grows_after and group["replicas"] < group["maxReplicas"]):
-                first, group["replicas"] = group["replicas"], group["maxReplicas"]
-                self._worker_pods(cluster, group, first)
-        coming = sorted(p.metadata.name for p in self._pods_of(cluster)
-                        if p.status.phase == "Pending" and not p.spec.scheduling_gates and self._comes(p))
-        if coming:
-            _run(self.pods[coming[0]])
-        if name in self.ends_after and self.running_reads[name] >= self.ends_after[name]:
-            self.jobs.jobs[job["spec"]["jobId"]] = "SUCCEEDED"
-
     def ungate(self, cluster: str, group_name: str, count: int) -> None:
         """Kueue's ungater: the first ``count`` pods of a group (the head's group: ``headgroup``) may schedule."""
         pods = sorted((p for p in self._pods_of(cluster) if p.metadata.labels.get("ray.io/group") == group_name),
@@ -472,56 +627,11 @@ class FakeKubeRay:
         for pod in pods[:count]:
             pod.spec.scheduling_gates = None
 
-    def _check_pre_running_deadline(self, job: dict) -> None:
-        """KubeRay's ``preRunningDeadlineSeconds``, reached: a failure, retried on a new cluster while
-        ``backoffLimit`` allows (``deadline_reads`` anew), else the RayJob's end."""
-        spec, status = job["spec"], job["status"]
-        name = job["metadata"]["name"]
-        reads = (self.deadline_reads if self.seconds_per_read is None
-                 else -(-spec.get("preRunningDeadlineSeconds", 0) // self.seconds_per_read))
-        if self.waits[name] < reads or not spec.get("preRunningDeadlineSeconds"):
-            return
-        message = f"the RayJob did not reach Running within {spec['preRunningDeadlineSeconds']} seconds"
-        if (status.get("failed") or 0) < spec.get("backoffLimit", 0):
-            status.update(jobDeploymentStatus="Retrying", failed=(status.get("failed") or 0) + 1, rayClusterStatus={},
-                          reason="PreRunningDeadlineExceeded", message=message)
-            self._delete_cluster(job, retrying=True)
-            self.waits.pop(name, None)
-            return
-        status.update(jobDeploymentStatus="Failed", reason="PreRunningDeadlineExceeded", message=message,
-                      endTime=self.CREATED)
-        self._delete_cluster(job)
-
     def _comes(self, pod: k8s.V1Pod) -> bool:
         labels = pod.metadata.labels
         if labels["ray.io/node-type"] == "head" or self.slices_that_come is None:
             return True
         return int(labels[REPLICA_INDEX_LABEL]) < self.slices_that_come
-
-    def _suspended(self, job: dict) -> bool:
-        """KubeRay's handling of ``spec.suspend``; True while the RayJob stays suspended."""
-        spec, status = job["spec"], job["status"]
-        state = status.get("jobDeploymentStatus")
-        if not spec.get("suspend"):
-            if state == "Suspended":  # unsuspended: New again, and a new cluster (KubeRay names it anew)
-                status.update(jobDeploymentStatus="")
-                self.admissions[job["metadata"]["name"]] = self.admissions.get(job["metadata"]["name"], 0) + 1
-            return False
-        if state in ("Initializing", "Running"):
-            self._delete_cluster(job, retrying=True)
-        if state != "Suspended":
-            status.update(jobDeploymentStatus="Suspended", jobStatus="", rayClusterName="", jobId="",
-                          rayClusterStatus={}, message="", reason="")
-            self.waits.pop(job["metadata"]["name"], None)
-        return True
-
-    def _delete_cluster(self, job: dict, retrying: bool = False) -> None:
-        if retrying or job["spec"].get("shutdownAfterJobFinishes"):
-            cluster = job["status"]["rayClusterName"]
-            self.clusters.discard(cluster)
-            self.ray_clusters.pop(cluster, None)
-            for pod_name in [n for n, p in self.pods.items() if p.metadata.labels["ray.io/cluster"] == cluster]:
-                del self.pods[pod_name]
 
     def _pod(self, cluster: str, name: str, node_type: str, replica: int | None = None, gated: bool = False) -> None:
         labels = {"ray.io/cluster": cluster, "ray.io/node-type": node_type,
@@ -563,6 +673,18 @@ class FakeKubeRay:
 
 def _run(pod: k8s.V1Pod) -> None:
     pod.status = k8s.V1PodStatus(phase="Running", conditions=[k8s.V1PodCondition(type="Ready", status="True")])
+
+
+def _parse(timestamp: str) -> datetime:
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+
+
+def _set(status: dict, field: str, value: str) -> None:
+    """A string field of a Go status struct: left out of its JSON when empty (``omitempty``)."""
+    if value:
+        status[field] = value
+    else:
+        status.pop(field, None)
 
 
 class _FakeCustom:

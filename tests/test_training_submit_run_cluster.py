@@ -148,9 +148,11 @@ def test_a_run_is_a_crd_valid_rayjob_that_brings_its_cluster_and_deletes_it(caps
     # The job id is recorded, with the chips the run held; the cluster is gone after.
     record = JobRecord.load(run_dirs / "r")
     assert (record.submission_id, record.status, record.chips) == ("maxtext-r", "SUCCEEDED", 2 * 16)
-    # KubeRay acts on its own; the fake, when read. The command does not wait for a succeeded run's cleanup.
+    # KubeRay acts on its own; the fake, when read. The command does not wait for a succeeded run's cleanup:
+    # KubeRay deletes the cluster ttlSecondsAfterFinished after the end (the fake's next read, a minute later).
     job = fake.custom.get_namespaced_custom_object("ray.io", "v1", "default", "rayjobs", "maxtext-r")
     assert job["status"]["jobDeploymentStatus"] == "Complete"
+    fake.custom.get_namespaced_custom_object("ray.io", "v1", "default", "rayjobs", "maxtext-r")
     assert fake.clusters == set() and fake.pods == {}
     assert f"KubeRay deletes RayCluster {cluster} 60 s after the job ended" in err
     assert kube.holder["checks"] == 1
@@ -249,8 +251,10 @@ def test_a_run_that_never_gets_its_slices_says_why_in_one_line_before_the_deadli
     assert "NotTriggerScaleUp: pod didn't trigger scale-up" in lines[why[0]] and "GCE quota exceeded" in lines[why[0]]
     assert "another run's pod" not in err and "(preRunningDeadlineSeconds=1200)" in lines[ended[0]]
     assert lines[ended[0] - 1].startswith("[submit] maxtext-n FAILED; its last error lines:")
-    # The job never reached a Ray head; its cluster was deleted with the run.
+    # The job never reached a Ray head; KubeRay deletes its cluster ttlSecondsAfterFinished after the end (the
+    # fake's next read, a minute later).
     assert kube.holder["addresses"] == [] and fake.jobs.submitted == []
+    fake.custom.get_namespaced_custom_object("ray.io", "v1", "default", "rayjobs", "maxtext-n")
     assert fake.clusters == set() and fake.pods == {}
 
 
@@ -286,7 +290,9 @@ def test_ctrl_c_leaves_the_run_going_says_how_to_stop_it_and_follow_attaches_aga
     assert rc == 0, err
     assert "maxtext-c is RUNNING" in err and "[submit] maxtext-c SUCCEEDED" in err
     assert fake.custom.get_namespaced_custom_object("ray.io", "v1", "default", "rayjobs", "maxtext-c")["status"][
-        "jobDeploymentStatus"] == "Complete" and fake.clusters == set()
+        "jobDeploymentStatus"] == "Complete"
+    fake.custom.get_namespaced_custom_object("ray.io", "v1", "default", "rayjobs", "maxtext-c")  # a minute later
+    assert fake.clusters == set()  # ttlSecondsAfterFinished (60 s) after the end
     # Once the cluster is gone, --follow reports the run from its RayJob and the log this machine saved.
     rc, err = run_cli(capsys, "--outputs-file", outputs, "--follow", "c")
     assert rc == 0 and "its cluster is gone; the job's log is what this machine saved" in err, err
@@ -318,7 +324,8 @@ def test_a_failed_run_is_retried_on_a_new_cluster_and_followed_there(capsys, tmp
     assert [g["replicas"] for g in created["spec"]["rayClusterSpec"]["workerGroupSpecs"]] == [1]
     assert "waiting for TPU slices: 4 of 4 hosts ready" in err
     assert JobRecord.load(run_dirs / "t").chips == 16
-    fake.custom.get_namespaced_custom_object("ray.io", "v1", "default", "rayjobs", "maxtext-t")  # KubeRay's turn
+    for _ in range(2):  # KubeRay's turn: Complete, then the cluster deleted ttlSecondsAfterFinished (60 s) later
+        fake.custom.get_namespaced_custom_object("ray.io", "v1", "default", "rayjobs", "maxtext-t")
     assert fake.clusters == set()
 
 
@@ -425,7 +432,7 @@ def test_a_long_wait_is_said_again_with_the_time_it_took_and_the_deadline_left(p
     """Minutes on a clock that the waits move: the same news is repeated every REMIND_S, not every poll."""
     from datetime import datetime
 
-    fake = FakeKubeRay(FakeJobsClient(), slices_never_come=True, deadline_reads=100)
+    fake = FakeKubeRay(FakeJobsClient(), slices_never_come=True, seconds_per_read=36)
     manifest = ray_job(RayJobRun("maxtext-w", "default", JobCommand("python -m x", {}, "maxtext-w"),
                                  OwnCluster(per_run_spec(), 2), pre_running_deadline_seconds=3600))
     fake.custom.create_namespaced_custom_object("ray.io", "v1", "default", "rayjobs", manifest)
@@ -451,7 +458,7 @@ def test_a_long_wait_is_said_again_with_the_time_it_took_and_the_deadline_left(p
 
 def test_a_run_whose_rayjob_was_deleted_while_it_waited_is_one_line_and_exit_3(capsys, tmp_path, per_run_outputs,
                                                                                kube, monkeypatch):
-    fake = kube(FakeJobsClient(log=STEPS_LOG), slices_never_come=True, deadline_reads=10**6)
+    fake = kube(FakeJobsClient(log=STEPS_LOG), slices_never_come=True)
     read = fake.custom.get_namespaced_custom_object
 
     def deleted_after_a_while(group, version, namespace, plural, name):
@@ -469,13 +476,15 @@ def test_a_run_whose_rayjob_was_deleted_while_it_waited_is_one_line_and_exit_3(c
 def test_kuberays_pre_running_deadline_is_per_attempt_and_retried_like_any_failure(capsys, tmp_path, per_run_outputs,
                                                                                    kube):
     """No capacity: each attempt waits its deadline on a new cluster, (backoffLimit + 1) attempts in all."""
-    fake = kube(FakeJobsClient(log=STEPS_LOG), slices_never_come=True, deadline_reads=3)
+    fake = kube(FakeJobsClient(log=STEPS_LOG), slices_never_come=True, seconds_per_read=200)
     rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, per_run_outputs), "--backoff-limit", "2",
                       "--pre-running-deadline-seconds", "600", "run_name=retried")
     assert rc == 1, err
     job = fake.ray_jobs["maxtext-retried"]
-    assert (job["status"]["failed"], job["status"]["reason"]) == (2, "PreRunningDeadlineExceeded")
+    # KubeRay counts every failed attempt, the last too (kuberay's TestRayJobRetry: 2 retries + 1 = 3 failures).
+    assert (job["status"]["failed"], job["status"]["reason"]) == (3, "PreRunningDeadlineExceeded")
     clusters = re.findall(r"\(RayCluster (maxtext-retried-\S+)\)", err)
     assert len(dict.fromkeys(clusters)) == 3, err  # the first attempt's cluster and two retries' new ones
-    assert err.splitlines()[-2].endswith("ended: PreRunningDeadlineExceeded (preRunningDeadlineSeconds=600): the "
-                                         "RayJob did not reach Running within 600 seconds")
+    assert err.splitlines()[-2].endswith(
+        "ended: PreRunningDeadlineExceeded (preRunningDeadlineSeconds=600): The RayJob has passed the "
+        "preRunningDeadlineSeconds. StartTime: 2026-12-04 06:20:00 +0000 UTC. PreRunningDeadlineSeconds: 600"), err
