@@ -46,6 +46,7 @@ from kubernetes import client as k8s
 from gke_ray_tpu.core import kueue
 from gke_ray_tpu.core.kuberay import ray_job_problems
 from tests.fakes import REPLICA_INDEX_LABEL, FakeKubeRay
+from tests.schemas import validate_writes
 
 REPLACEMENT_FOR = "kueue.x-k8s.io/workload-slice-replacement-for"
 """The annotation on a new Workload slice naming the slice it replaces (``pkg/workloadslicing``)."""
@@ -172,6 +173,7 @@ class FakeKueue:
         for job in list(self.kube.ray_jobs.values()):
             self.kube.advance(job)
         self._ungate()
+        validate_writes(self, self.workloads.values())  # each Workload write against its CRD and CEL rules
 
     def _bill(self) -> None:
         for cluster, spec in self.kube.ray_clusters.items():
