@@ -17,8 +17,10 @@ import select
 import signal
 import socket
 import subprocess
+import sysconfig
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -305,6 +307,15 @@ def test_a_job_that_maxtext_rejects_fails_with_its_error_lines(ray_head, tmp_pat
     assert ray_head.jobs().get_job_status(sid) == JobStatus.FAILED
 
 
+def python_without_the_project(where: Path) -> Path:
+    """A venv (its bin folder) whose Python sees this one's packages but not the project's editable install: its
+    site-packages names ours as a plain path, so our .pth files (the editable finder's among them) are not run."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    [site_packages] = where.glob("lib/python*/site-packages")
+    (site_packages / "packages_without_the_project.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return where / "bin"
+
+
 def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head, tmp_path):
     """The RayJob's own entry point and runtime env (rendered for the CPU preset, the bucket mounted at
     tmp_path), with the code archive the submit command uploads for a run with its own cluster (the files
@@ -338,8 +349,11 @@ def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head
     assert client.get_job_status(sid) == JobStatus.SUCCEEDED
     assert sorted(int(p.name) for p in (tmp_path / run / "checkpoints").iterdir()) == [0, 5, 9]
 
-    # The control: the same job without the archive on PYTHONPATH finds no code on the cluster.
+    # The control: the same job without the archive on PYTHONPATH finds no code on the cluster. Its `python` is
+    # one that has Ray and MaxText but not this project, as the cluster's image has: this checkout's .venv
+    # installs the project (editable), a cluster's Python does not.
     del env["env_vars"]["PYTHONPATH"]
+    env["env_vars"]["PATH"] = f"{python_without_the_project(tmp_path / 'bare')}:{os.environ['PATH']}"
     control = client.submit_job(entrypoint=manifest["spec"]["entrypoint"], runtime_env=env)
     deadline = time.monotonic() + 120
     while client.get_job_status(control) not in (JobStatus.SUCCEEDED, JobStatus.FAILED) and time.monotonic() < deadline:
