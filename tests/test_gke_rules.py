@@ -402,7 +402,10 @@ def test_the_served_crd_tells_a_kuberay_that_keeps_the_dcn_claim():
     with pytest.raises(ClusterError, match="no rayclusters.ray.io CRD: is GKE's Ray operator add-on enabled"):
         check_kuberay(FakeExtensions(status=404), notes.append)
     check_kuberay(FakeExtensions(status=403), notes.append)  # may not read CRDs: a note, not a failure
-    assert notes == ["cannot read the rayclusters.ray.io CRD (403 Forbidden): not checked that KubeRay >= 1.5.1"]
+    assert notes == ["cannot read the rayclusters.ray.io CRD (403 Forbidden: customresourcedefinitions.apiextensions.k8s.io "
+                     '"rayclusters.ray.io" is forbidden: User "someone@example.com" cannot get resource '
+                     '"customresourcedefinitions" in API group "apiextensions.k8s.io" at the cluster scope): not checked '
+                     "that KubeRay >= 1.5.1"]
 
 
 def kuberay_15_crd() -> dict:

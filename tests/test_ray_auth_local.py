@@ -208,7 +208,9 @@ def test_the_cluster_path_reads_the_token_from_kuberays_secret(head, kube):
 @pytest.mark.parametrize("secret, message", [
     (404, f"Secret default/{SECRET} does not exist: KubeRay makes it for a RayCluster with authOptions.mode token; "
           "is RayCluster default/c deployed by this stack (`pulumi up`)?"),
-    (403, f"cannot read Secret default/{SECRET} (403 Forbidden): the submit command sends the Ray cluster's token "
+    (403, f"cannot read Secret default/{SECRET} (403 Forbidden: secrets \"{SECRET}\" is forbidden: User "
+          '"someone@example.com" cannot get resource "secrets" in API group "" in the namespace "default"): the submit '
+          "command sends the Ray cluster's token "
           "from it; your Kubernetes user needs `get` on secrets in namespace default"),
     ({"other": "x"}, f"Secret default/{SECRET} has no 'auth_token' key: it is not the Secret KubeRay makes for "
                      "token auth"),

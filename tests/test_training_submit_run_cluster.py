@@ -422,8 +422,10 @@ def test_a_user_who_may_not_list_rayjobs_gets_one_line_and_exit_3(capsys, tmp_pa
     rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, per_run_outputs), "run_name=f")
     assert rc == 3 and "Traceback" not in err
     assert err.splitlines()[-1] == (
-        "python -m gke_ray_tpu.training.submit: error: listing the RayJobs of namespace default (403 Forbidden): is the "
-        "kubeconfig pointing at the stack's cluster, and may this user manage RayJobs in its namespace?"
+        "python -m gke_ray_tpu.training.submit: error: listing the RayJobs of namespace default (403 Forbidden: "
+        'rayjobs.ray.io is forbidden: User "someone@example.com" cannot list resource "rayjobs" in API group "ray.io" '
+        'in the namespace "default"): is the kubeconfig pointing at the stack\'s cluster, and may this user manage '
+        "RayJobs in its namespace?"
     )
     assert fake.created == []
 

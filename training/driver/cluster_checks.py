@@ -7,7 +7,7 @@ from typing import Callable, Mapping, Optional
 from gke_ray_tpu.core.kuberay import (
     MIN_KUBERAY_AUTH, MIN_KUBERAY_OWN_CLUSTERS, RAYCLUSTER_CRD, RAYJOB_CRD, served_crd_problems, served_rayjob_problems,
 )
-from gke_ray_tpu.training.driver.errors import ClusterError
+from gke_ray_tpu.training.driver.errors import ClusterError, api_refusal
 
 
 def check_kuberay(extensions_api, log: Callable[[str], None], own_clusters: bool = False) -> None:
@@ -42,9 +42,9 @@ def _served(extensions_api, name: str, floor: str, log: Callable[[str], None]) -
         crd = extensions_api.read_custom_resource_definition(name)
     except ApiException as e:
         if e.status in (401, 403):
-            log(f"cannot read the {name} CRD ({e.status} {e.reason}): not checked that KubeRay >= {floor}")
+            log(f"cannot read the {name} CRD ({api_refusal(e)}): not checked that KubeRay >= {floor}")
             return None
         if e.status == 404:
             raise ClusterError(f"the cluster serves no {name} CRD: is GKE's Ray operator add-on enabled?") from None
-        raise ClusterError(f"cannot read the {name} CRD ({e.status} {e.reason})") from None
+        raise ClusterError(f"cannot read the {name} CRD ({api_refusal(e)})") from None
     return ApiClient().sanitize_for_serialization(crd)

@@ -14,7 +14,7 @@ import socket
 import threading
 
 from gke_ray_tpu.training.driver import retry
-from gke_ray_tpu.training.driver.errors import ClusterError
+from gke_ray_tpu.training.driver.errors import ClusterError, api_refusal
 
 
 def resolve_pod(api, namespace: str, service: str, port: int) -> tuple[str, int]:
@@ -25,7 +25,7 @@ def resolve_pod(api, namespace: str, service: str, port: int) -> tuple[str, int]
         svc = api.read_namespaced_service(service, namespace)
     except ApiException as e:
         raise ClusterError(
-            f"cannot read service {namespace}/{service} ({e.status} {e.reason}); "
+            f"cannot read service {namespace}/{service} ({api_refusal(e)}); "
             "is the stack deployed and the kubeconfig pointing at its cluster?"
         ) from None
     selector = svc.spec.selector or {}

@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass, field
 
 from gke_ray_tpu.core.kuberay import AUTH_TOKEN_KEY, auth_secret_name
-from gke_ray_tpu.training.driver.errors import ClusterError
+from gke_ray_tpu.training.driver.errors import ClusterError, api_refusal
 
 ADDRESS_TOKEN_ENV = "RAY_AUTH_TOKEN"
 """Where ``--address`` takes its token from (Ray's CLI reads the same variable)."""
@@ -79,7 +79,7 @@ def from_secret(core_api, namespace: str, head_service: str) -> RayToken:
     try:
         selector = core_api.read_namespaced_service(head_service, namespace).spec.selector or {}
     except ApiException as e:
-        raise ClusterError(f"cannot read service {namespace}/{head_service} ({e.status} {e.reason})") from None
+        raise ClusterError(f"cannot read service {namespace}/{head_service} ({api_refusal(e)})") from None
     cluster = selector.get(CLUSTER_LABEL)
     if not cluster:
         raise ClusterError(
@@ -98,10 +98,10 @@ def from_secret(core_api, namespace: str, head_service: str) -> RayToken:
             ) from None
         if e.status in (401, 403):
             raise ClusterError(
-                f"cannot read {where} ({e.status} {e.reason}): the submit command sends the Ray cluster's token "
+                f"cannot read {where} ({api_refusal(e)}): the submit command sends the Ray cluster's token "
                 f"from it; your Kubernetes user needs `get` on secrets in namespace {namespace}"
             ) from None
-        raise ClusterError(f"cannot read {where} ({e.status} {e.reason})") from None
+        raise ClusterError(f"cannot read {where} ({api_refusal(e)})") from None
     encoded = (secret.data or {}).get(AUTH_TOKEN_KEY)
     if not encoded:
         raise ClusterError(f"{where} has no {AUTH_TOKEN_KEY!r} key: it is not the Secret KubeRay makes for token auth")

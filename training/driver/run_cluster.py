@@ -28,7 +28,7 @@ from typing import Callable, Mapping, Optional
 from gke_ray_tpu.core import code_archive, kueue
 from gke_ray_tpu.core.ray_job import OwnCluster, RayJobRun, is_multi_host, max_ray_job_name, ray_job_name
 from gke_ray_tpu.training.driver import retry
-from gke_ray_tpu.training.driver.errors import ClusterError
+from gke_ray_tpu.training.driver.errors import ClusterError, api_refusal
 from gke_ray_tpu.training.driver.jobs_client import TERMINAL, RunJob, attempt_of, is_job_of
 from gke_ray_tpu.training.driver.port_forward import serving
 from gke_ray_tpu.training.driver.request import SubmitRequest
@@ -162,7 +162,7 @@ class RunClusters:
         try:
             return retry.call(fn, what, self.log)
         except ApiException as e:
-            raise ClusterError(f"{what} ({e.status} {e.reason}): is the kubeconfig pointing at the stack's "
+            raise ClusterError(f"{what} ({api_refusal(e)}): is the kubeconfig pointing at the stack's "
                                "cluster, and may this user manage RayJobs in its namespace?") from None
 
     def ray_jobs(self) -> list[dict]:
