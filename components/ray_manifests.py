@@ -330,9 +330,11 @@ def ray_cluster_spec(spec: RayClusterSpec) -> dict:
     The one builder of both kinds of cluster: the long-lived RayCluster of a held stack
     (:func:`ray_cluster`) and the ``rayClusterSpec`` every run of a scale-to-zero stack brings
     (``gke_ray_tpu.core.ray_job``, which sizes its group for the run's slices). Neither runs Ray's
-    autoscaler: KubeRay's node provider cannot release a multi-host slice (it deletes the idle pods
-    and, ``replicas`` unchanged, KubeRay recreates them; tests/test_ray_node_provider.py), so a stack
-    that scales to zero does it by deleting the whole cluster when the run ends.
+    autoscaler to release slices: KubeRay's node provider cannot release a multi-host slice (it deletes
+    the idle pods and, ``replicas`` unchanged, KubeRay recreates them; tests/test_ray_node_provider.py),
+    so a stack that scales to zero does it by deleting the whole cluster when the run ends. Only an
+    elastic run's own cluster adds the autoscaler, to grow from its minimum
+    (``gke_ray_tpu.core.ray_job.elastic_cluster``).
     """
     group = {
         "groupName": WORKER_GROUP,
@@ -358,8 +360,9 @@ def ray_cluster_spec(spec: RayClusterSpec) -> dict:
 def _head_pod(spec: RayClusterSpec) -> dict:
     return {
         "serviceAccountName": spec.service_account,
-        # Nothing in a Ray pod calls the Kubernetes API (no autoscaler sidecar; the GCS FUSE
-        # driver gets its token from the kubelet).
+        # The Ray container never calls the Kubernetes API (the GCS FUSE driver gets its token from
+        # the kubelet); an elastic run's autoscaler sidecar gets a token mounted into it alone
+        # (gke_ray_tpu.core.ray_job.elastic_cluster).
         "automountServiceAccountToken": False,
         "containers": [
             hardened({

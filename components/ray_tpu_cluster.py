@@ -75,7 +75,7 @@ class RayTpuClusterArgs(TypedDict):
     num_slices: NotRequired[int]
     """Slices: the TPU worker group's replicas and MEGASCALE_NUM_SLICES. Default: 2."""
     elastic_min_slices: NotRequired[int]
-    """Fewest slices an elastic job keeps training on, and the default of the MaxTextRuns on it; also the group's minReplicas while its slices are held (0 when they scale to zero). Default: num_slices."""
+    """Fewest slices an elastic job keeps training on, and the default of the MaxTextRuns on it; also the TPU worker group's minReplicas: the RayCluster's, or where the slices scale to zero that of each run's own cluster (an elastic run's: its own minimum), never 0. Default: num_slices."""
     dcn_interfaces: NotRequired[int]
     """DCN NICs each TPU worker pod claims through DRANET (0: none). Default: what the generation's hosts offer (2 on v6e)."""
     image: NotRequired[pulumi.Input[str]]
@@ -106,7 +106,7 @@ class RayTpuClusterRef(TypedDict):
     num_slices: int
     """Its slices (the TPU worker group's replicas)."""
     elastic_min_slices: int
-    """Fewest slices it keeps for an elastic job (the group's minReplicas unless its slices scale to zero)."""
+    """Fewest slices it keeps for an elastic job (the TPU worker group's minReplicas, its RayCluster's or each run's own cluster's)."""
     capacity: str
     """How its slices' VMs are obtained."""
     scale_to_zero: bool

@@ -7,10 +7,20 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 from gke_ray_tpu.stack.mock_engine import load_stack_file, run_offline
 from tests.conftest import REPO_ROOT
 
 EXAMPLE = REPO_ROOT / "examples" / "tpu-slices-on-existing-cluster"
+
+
+def test_the_library_exports_each_component_and_names_itself_for_any_other_name():
+    import gke_ray_tpu.components as components
+
+    assert all(getattr(components, name).__name__ == name for name in components.__all__)
+    with pytest.raises(AttributeError, match=r"^module 'gke_ray_tpu\.components' has no attribute 'TpuSlice'$"):
+        components.TpuSlice
 
 
 def test_example_adds_slices_to_a_cluster_it_does_not_own():

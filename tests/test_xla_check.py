@@ -135,7 +135,7 @@ def test_a_flag_libtpu_does_not_know_stops_the_check_naming_it(cache):
 
 
 def test_xla_refuses_the_tutorials_flags_for_v6e_and_the_refusal_is_compiled_again(cache):
-    # Why the pods leave out the all-gather fusion flag (gke_ray_tpu.components.ray_manifests.ALL_GATHER_FUSION).
+    # Why the pods leave out the all-gather fusion flag (gke_ray_tpu.core.libtpu_flags.ALL_GATHER_FUSION).
     request = tiny_request(flags=TUTORIAL_XLA_FLAGS)
     for _ in range(2):
         said = []
