@@ -40,7 +40,7 @@ from gke_ray_tpu.components._options import child_options
 from gke_ray_tpu.components._refs import resolve_ref
 from gke_ray_tpu.components.ray_tpu_cluster import RayTpuCluster, RayTpuClusterRef
 from gke_ray_tpu.components.tpu_queue import TpuQueue, TpuQueueRef
-from gke_ray_tpu.core import code_archive, kueue
+from gke_ray_tpu.core import code_archive, kueue, kueue_waiting
 from gke_ray_tpu.core.capacity import capacity_mode
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.job_spec import COMPILATION_CACHE_DIR, DATA_MOUNT, JobSpec, bucket_url, build_job, run_location
@@ -168,7 +168,7 @@ def run_description(args: MaxTextRunArgs, spec: JobSpec, code_sha256: str, ray_c
     if own:
         start = spec.min_slices if queue is not None and spec.elastic else None
         where = OwnCluster(ray_cluster_spec, spec.slices, start_slices=start)
-        deadline = (kueue.queued_pre_running_deadline(queue.get("pods_ready_timeout_s")) if queue is not None
+        deadline = (kueue_waiting.queued_pre_running_deadline(queue.get("pods_ready_timeout_s")) if queue is not None
                     else DEFAULT_PRE_RUNNING_DEADLINE_SECONDS)
     return RayJobRun(
         name=args["run_name"],

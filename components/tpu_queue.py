@@ -15,13 +15,15 @@ from typing import Any, NotRequired, Optional, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
+from gke_ray_tpu.components import kueue_config, queue_manifests
 from gke_ray_tpu.components._options import child_options
 from gke_ray_tpu.components._refs import resolve_ref
 from gke_ray_tpu.components.ray_manifests import RayClusterSpec, ray_cluster_spec, resource_claim_template
 from gke_ray_tpu.components.ray_tpu_cluster import RayTpuCluster, RayTpuClusterArgs, RayTpuClusterRef, spec_from_args
-from gke_ray_tpu.core import kueue
+from gke_ray_tpu.core import kueue, kueue_quota
 from gke_ray_tpu.core.bounds import Bounds
 from gke_ray_tpu.core.errors import ConfigError
+from gke_ray_tpu.core.kueue_waiting import WaitSettings
 from gke_ray_tpu.core.naming import DNS_LABEL
 from gke_ray_tpu.core.ray_job import SUBMISSION_MODE
 
@@ -115,8 +117,8 @@ def check_args(args: TpuQueueArgs, prefix: str = "TpuQueueArgs.") -> RayClusterS
         raise ConfigError(f"{prefix}max_run_duration_s", args["max_run_duration_s"],
                           "unset: it bounds a queued-provisioning request (set queued_provisioning)")
     if spec.dcn_interfaces and not args.get("install_kueue", DEFAULT_INSTALL_KUEUE):
-        # The Kueue the stack installs leaves DRA claims uncounted; a cluster's own counts them (core.kueue).
-        problems = kueue.claim_problems(resource_claim_template(spec))
+        # The Kueue the stack installs leaves DRA claims uncounted; a cluster's own counts them (core.kueue_quota).
+        problems = kueue_quota.claim_problems(resource_claim_template(spec))
         if problems:
             raise ConfigError(f"{prefix}ray_cluster", spec.name, "a RayTpuCluster whose TPU workers a cluster's own "
                               "Kueue can count (or install_kueue true: the stack's Kueue counts chips only): "
@@ -132,19 +134,19 @@ def check_queued_provisioning(capacity: str, num_slices: int, key: str) -> None:
                           "no TPU run; it is offered for one flex-start slice (docs/queues.md)")
 
 
-def wait_settings(args: TpuQueueArgs, prefix: str = "TpuQueueArgs.") -> Optional[kueue.WaitSettings]:
+def wait_settings(args: TpuQueueArgs, prefix: str = "TpuQueueArgs.") -> Optional[WaitSettings]:
     """What the installed Kueue waits for; None with an existing Kueue (its settings are its own)."""
     if not args.get("install_kueue", DEFAULT_INSTALL_KUEUE):
         return None
-    defaults = kueue.WaitSettings()
-    return kueue.WaitSettings(
+    defaults = WaitSettings()
+    return WaitSettings(
         timeout_s=PODS_READY_TIMEOUT.check(args.get("pods_ready_timeout_s", defaults.timeout_s),
                                            f"{prefix}pods_ready_timeout_s"),
         requeue_limit=REQUEUE_LIMIT.check(args.get("requeue_limit", defaults.requeue_limit), f"{prefix}requeue_limit"),
     )
 
 
-def sharing(args: TpuQueueArgs, prefix: str = "TpuQueueArgs.") -> Optional[kueue.Sharing]:
+def sharing(args: TpuQueueArgs, prefix: str = "TpuQueueArgs.") -> Optional[queue_manifests.Sharing]:
     if "cohort" not in args:
         for key in ("borrowing_limit", "lending_limit"):
             if key in args:
@@ -153,7 +155,7 @@ def sharing(args: TpuQueueArgs, prefix: str = "TpuQueueArgs.") -> Optional[kueue
         return None
     limits = {key: CHIP_LIMIT.check(args[key], f"{prefix}{key}")  # type: ignore[literal-required]
               for key in ("borrowing_limit", "lending_limit") if key in args}
-    return kueue.Sharing(DNS_LABEL.check(args["cohort"], f"{prefix}cohort"), **limits)
+    return queue_manifests.Sharing(DNS_LABEL.check(args["cohort"], f"{prefix}cohort"), **limits)
 
 
 def quota(spec: RayClusterSpec, count_host: bool) -> dict:
@@ -163,11 +165,11 @@ def quota(spec: RayClusterSpec, count_host: bool) -> dict:
     if spec.dcn_interfaces and count_host:
         template = resource_claim_template(spec)
         templates[template["metadata"]["name"]] = template
-    return kueue.queue_quota(ray_cluster_spec(spec), spec.num_slices, SUBMISSION_MODE, count_host=count_host,
+    return kueue_quota.queue_quota(ray_cluster_spec(spec), spec.num_slices, SUBMISSION_MODE, count_host=count_host,
                              claim_templates=templates)
 
 
-def queue_ref(local_queue: pulumi.Input[str], wait: Optional[kueue.WaitSettings]) -> TpuQueueRef:
+def queue_ref(local_queue: pulumi.Input[str], wait: Optional[WaitSettings]) -> TpuQueueRef:
     timeout = {"pods_ready_timeout_s": wait.timeout_s} if wait is not None else {}
     return TpuQueueRef(local_queue=local_queue, **timeout)
 
@@ -224,23 +226,23 @@ class TpuQueue(pulumi.ComponentResource):
         child = child_options(self, opts, depends_on=prerequisites)
 
         chips = quota(spec, count_host=wait is None)
-        flavors = [("tpu-flavor", "ResourceFlavor", names.apply(lambda n: kueue.tpu_flavor(n, spec.shape, spec.capacity.node_label,
+        flavors = [("tpu-flavor", "ResourceFlavor", names.apply(lambda n: queue_manifests.tpu_flavor(n, spec.shape, spec.capacity.node_label,
                                                                           queued)))]
         if "cpu" in chips:
-            flavors.append(("host-flavor", "ResourceFlavor", names.apply(kueue.host_flavor)))
+            flavors.append(("host-flavor", "ResourceFlavor", names.apply(queue_manifests.host_flavor)))
         if queued:
             duration = args.get("max_run_duration_s")
             flavors += [("provisioning-config", "ProvisioningRequestConfig",
-                         names.apply(lambda n: kueue.provisioning_request_config(n, duration))),
-                        ("admission-check", "AdmissionCheck", names.apply(kueue.admission_check))]
+                         names.apply(lambda n: queue_manifests.provisioning_request_config(n, duration))),
+                        ("admission-check", "AdmissionCheck", names.apply(queue_manifests.admission_check))]
         self.flavors_and_checks = [_kueue_object(f"{name}-{part}", kind, manifest, child)
                                    for part, kind, manifest in flavors]
-        self.cluster_queue_resource = _kueue_object(f"{name}-cluster-queue", "ClusterQueue", names.apply(lambda n: kueue.cluster_queue(
+        self.cluster_queue_resource = _kueue_object(f"{name}-cluster-queue", "ClusterQueue", names.apply(lambda n: queue_manifests.cluster_queue(
             n, spec.namespace, chips, sharing=sharing(args),
             queueing_strategy=args.get("queueing_strategy", kueue.STRICT_FIFO), admission_check=queued)),
             child_options(self, opts, depends_on=prerequisites + self.flavors_and_checks))
         self.local_queue_resource = _kueue_object(
-            f"{name}-local-queue", "LocalQueue", names.apply(lambda n: kueue.local_queue(n, spec.namespace)),
+            f"{name}-local-queue", "LocalQueue", names.apply(lambda n: queue_manifests.local_queue(n, spec.namespace)),
             child_options(self, opts, depends_on=prerequisites + [self.cluster_queue_resource]))
 
         # Tied to the resources, so a run that takes the name waits for its queue to exist.
@@ -260,23 +262,23 @@ class TpuQueue(pulumi.ComponentResource):
             "requeueLimit": self.requeue_limit,
         })
 
-    def _install(self, name: str, wait: kueue.WaitSettings, opts: Optional[pulumi.ResourceOptions]) -> pulumi.Resource:
+    def _install(self, name: str, wait: WaitSettings, opts: Optional[pulumi.ResourceOptions]) -> pulumi.Resource:
         """Kueue's Helm chart at the pinned version, rendered by Pulumi (every object a resource it tracks)."""
         namespace = k8s.core.v1.Namespace(
-            f"{name}-kueue-namespace", metadata={"name": kueue.KUEUE_NAMESPACE}, opts=child_options(self, opts))
+            f"{name}-kueue-namespace", metadata={"name": kueue_config.KUEUE_NAMESPACE}, opts=child_options(self, opts))
         return k8s.helm.v4.Chart(
             f"{name}-kueue",
-            chart=kueue.KUEUE_CHART,
+            chart=kueue_config.KUEUE_CHART,
             version=kueue.KUEUE_VERSION,
-            namespace=kueue.KUEUE_NAMESPACE,
-            values=kueue.helm_values(wait),
+            namespace=kueue_config.KUEUE_NAMESPACE,
+            values=kueue_config.helm_values(wait),
             opts=child_options(self, opts, depends_on=[namespace]),
         )
 
 
 def _kueue_object(name: str, kind: str, manifest: pulumi.Output,
                   opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource:
-    """A Kueue object of ``kind`` from its manifest (``core.kueue`` builds it once the RayTpuCluster's name is
+    """A Kueue object of ``kind`` from its manifest (``components.queue_manifests`` builds it once the RayTpuCluster's name is
     known); the kind is plain, as the resource's type is made of it."""
     return k8s.apiextensions.CustomResource(
         name, api_version=kueue.API_VERSION, kind=kind,

@@ -30,7 +30,8 @@ from gke_ray_tpu.core.bounds import Bounds
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.job_spec import DATA_MOUNT, JobSpec, declared_submission_id, entrypoint, runtime_env
 from gke_ray_tpu.core.kuberay import ray_job_problems
-from gke_ray_tpu.core.kueue import AUTOSCALER_REQUESTS, ELASTIC_JOB_ANNOTATION
+from gke_ray_tpu.core.kueue import ELASTIC_JOB_ANNOTATION
+from gke_ray_tpu.core.kueue_quota import AUTOSCALER_REQUESTS
 from gke_ray_tpu.core.naming import RAY_CLUSTER_NAME, RAY_JOB_NAME, RAY_TPU_CLUSTER_NAME
 
 SUBMISSION_MODE = "HTTPMode"
@@ -60,7 +61,7 @@ tries again), and the image pull on every host. A run still waiting after 30 min
 quota, no capacity) than slow. KubeRay counts it from each start of the RayJob and retries a
 ``PreRunningDeadlineExceeded`` like any failure while ``backoffLimit`` allows, on a new cluster
 (``rayjob_controller.go``): a run can wait ``(backoffLimit + 1)`` times this long. In a queue, Kueue's
-PodsReady timeout bounds the wait instead (``gke_ray_tpu.core.kueue.queued_pre_running_deadline``)."""
+PodsReady timeout bounds the wait instead (``gke_ray_tpu.core.kueue_waiting.queued_pre_running_deadline``)."""
 
 MEGASCALE_NUM_SLICES = "MEGASCALE_NUM_SLICES"
 """The TPU workers' env var that tells libtpu's multislice runtime how many slices the job spans (the Ray

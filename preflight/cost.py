@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from gke_ray_tpu.core import kueue
+from gke_ray_tpu.core import kueue_waiting
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.capacity import CAPACITY, CAPACITY_MODES
 from gke_ray_tpu.core.prices import (
@@ -220,7 +220,7 @@ def capacity_modes(shape: SliceShape) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class WaitingCostRow:
     capacity: str
-    cost: kueue.WaitingCost
+    cost: kueue_waiting.WaitingCost
     usd: Optional[float]
     """The bound in dollars (None: unbounded, Kueue requeues for ever)."""
 
@@ -237,16 +237,16 @@ class WaitingCostRow:
                 f"{self.cost.seconds_per_attempt / 60:.0f} min = {hours:.2f} slice-hours")
 
 
-def waiting_costs(shape: SliceShape, num_slices: int, region: str, wait: kueue.WaitSettings, *,
+def waiting_costs(shape: SliceShape, num_slices: int, region: str, wait: kueue_waiting.WaitSettings, *,
                   queued_provisioning: bool, generation_key: str = "generation",
                   region_key: str = "region") -> list[WaitingCostRow]:
     """Per capacity mode, the most a run of ``num_slices`` slices can be billed while it waits in Kueue's queue for
-    slices that do not all come (``core.kueue.waiting_cost``, at the chip's list price in ``region``; queued
+    slices that do not all come (``core.kueue_waiting.waiting_cost``, at the chip's list price in ``region``; queued
     provisioning applies to flex-start). Raises ConfigError where the chip has no price there."""
     price = chip_price(shape.generation.name, region, generation_key=generation_key, region_key=region_key)
     rows = []
     for mode in capacity_modes(shape):
-        cost = kueue.waiting_cost(mode, num_slices, wait, queued_provisioning=queued_provisioning and mode == "flex-start")
+        cost = kueue_waiting.waiting_cost(mode, num_slices, wait, queued_provisioning=queued_provisioning and mode == "flex-start")
         hours = cost.slice_hours
         usd = None if hours is None else hours * shape.chips * price.usd_per_chip_hour(CAPACITY[mode].spot)
         rows.append(WaitingCostRow(mode, cost, usd))
@@ -254,11 +254,11 @@ def waiting_costs(shape: SliceShape, num_slices: int, region: str, wait: kueue.W
 
 
 def format_waiting_costs(rows: Sequence[WaitingCostRow], chosen: str, shape: SliceShape, num_slices: int, region: str,
-                         wait: kueue.WaitSettings) -> str:
+                         wait: kueue_waiting.WaitSettings) -> str:
     settings = (f"Kueue's {wait.timeout_s} s PodsReady timeout, "
                 + (f"{wait.requeue_limit} requeue{'s' * (wait.requeue_limit != 1)}" if wait.requeue_limit is not None
                    else "requeued for ever (the cluster's own Kueue, its settings unknown here)")
-                + f", ~{kueue.SCALE_DOWN_S} s for GKE to remove a slice's idle nodes")
+                + f", ~{kueue_waiting.SCALE_DOWN_S} s for GKE to remove a slice's idle nodes")
     lines = [f"Most a run of {num_slices} x {shape.pod_type} can be billed while it waits for slices that do "
              f"not all come ({settings}; ESTIMATE from list prices in {region}):"]
     for row in rows:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Callable, Mapping, Optional
 
-from gke_ray_tpu.components import gke_cluster, tpu_queue
+from gke_ray_tpu.components import gke_cluster, queue_manifests, tpu_queue
 from gke_ray_tpu.components.ray_manifests import is_moving_tag, ray_cluster_spec
-from gke_ray_tpu.core import kueue
+from gke_ray_tpu.core import kueue, kueue_quota, kueue_waiting
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.job_spec import COMPILATION_CACHE_DIR, JobSpec, bucket_url, build_job
 from gke_ray_tpu.core.maxtext import Value
@@ -108,11 +108,11 @@ def check_declared_runs(plan: StackPlan, info: Callable[[str], None]) -> list[Pr
     return reports
 
 
-def check_queue_admits(plan: StackPlan, capacity: Optional[kueue.QueueCapacity] = None) -> None:
+def check_queue_admits(plan: StackPlan, capacity: Optional[kueue_quota.QueueCapacity] = None) -> None:
     """Each declared run against the stack's queue (``capacity``: its ClusterQueue's, by default the one the stack
     declares): a run Kueue could never admit, at its full size, would wait for ever, so it fails preview under
     its key. A declared run asks for the stack's slices, the queue's quota, so this holds unless the queue is
-    another's (``core.kueue.check_admissible``)."""
+    another's (``core.kueue_quota.check_admissible``)."""
     cfg, queue, spec = plan.cfg, plan.queue_args, plan.cluster_spec
     if queue is None:
         return
@@ -121,14 +121,14 @@ def check_queue_admits(plan: StackPlan, capacity: Optional[kueue.QueueCapacity] 
         installed = tpu_queue.wait_settings(queue) is not None
         if capacity is None:
             names = kueue.queue_names(spec.name, spec.namespace, config_key("ray_cluster_name"))
-            declared = kueue.cluster_queue(names, spec.namespace, tpu_queue.quota(spec, count_host=not installed),
+            declared = queue_manifests.cluster_queue(names, spec.namespace, tpu_queue.quota(spec, count_host=not installed),
                                            sharing=tpu_queue.sharing(queue))
-            capacity = kueue.queue_capacity(declared)
+            capacity = kueue_quota.queue_capacity(declared)
     for index, (run, job) in enumerate(zip(cfg.runs, plan.jobs)):
         cluster = with_slices(ray_cluster_spec(spec), job.slices)
-        asked = kueue.usage(kueue.ray_job_pod_sets({"spec": {"submissionMode": SUBMISSION_MODE,
+        asked = kueue_quota.usage(kueue_quota.ray_job_pod_sets({"spec": {"submissionMode": SUBMISSION_MODE,
                                                              "rayClusterSpec": cluster}}))
-        kueue.check_admissible(asked, capacity, f"{config_key('runs')}[{index}]", run.run_name,
+        kueue_quota.check_admissible(asked, capacity, f"{config_key('runs')}[{index}]", run.run_name,
                                ignore_undeclared=installed)
 
 
@@ -194,7 +194,7 @@ def check_waiting_cost(plan: StackPlan, info: Callable[[str], None]) -> list[Wai
     cfg, queue = plan.cfg, plan.queue_args
     if queue is None:
         return []
-    wait = tpu_queue.wait_settings(queue) or kueue.WaitSettings(requeue_limit=None)
+    wait = tpu_queue.wait_settings(queue) or kueue_waiting.WaitSettings(requeue_limit=None)
     try:
         rows = waiting_costs(cfg.shape, cfg.num_slices, cfg.region, wait, queued_provisioning=cfg.queued_provisioning,
                              generation_key=config_key("tpu_generation"), region_key="gcp:region")

@@ -25,6 +25,7 @@ from gke_ray_tpu.components import (
 )
 from gke_ray_tpu.components.maxtext_run import MaxTextRunArgs
 from gke_ray_tpu.core import capacity as capacity_rules, gke, kueue, naming, ray_job, slices
+from gke_ray_tpu.core.kueue_waiting import WaitSettings
 from gke_ray_tpu.core.bounds import Bounds
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.maxtext import check_settings
@@ -359,14 +360,14 @@ class StackConfig(DerivedValues, BaseModel):
         alias="gke-ray-tpu:podsReadyTimeout",
         description=f"with `scaleToZero`: seconds from a run's admission by which its slices must all be up, else Kueue "
         f"evicts it, releasing the slices that came, and requeues it; at least {tpu_queue.PODS_READY_TIMEOUT.low} "
-        f"(unset: Kueue's {kueue.WaitSettings().timeout_s}); a Kueue the stack installs",
+        f"(unset: Kueue's {WaitSettings().timeout_s}); a Kueue the stack installs",
         json_schema_extra=feeds("TpuQueueArgs.pods_ready_timeout_s"),
     )
     requeue_limit: Annotated[Optional[int], bounded(tpu_queue.REQUEUE_LIMIT)] = Field(
         None,
         alias="gke-ray-tpu:requeueLimit",
         description=f"with `scaleToZero`: requeues after which Kueue gives up a run whose slices never all came "
-        f"(unset: {kueue.WaitSettings().requeue_limit}); a Kueue the stack installs",
+        f"(unset: {WaitSettings().requeue_limit}); a Kueue the stack installs",
         json_schema_extra=feeds("TpuQueueArgs.requeue_limit"),
     )
     queueing_strategy: Literal[kueue.QUEUEING_STRATEGIES] = Field(

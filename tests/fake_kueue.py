@@ -43,8 +43,9 @@ from typing import Optional
 
 from kubernetes import client as k8s
 
-from gke_ray_tpu.core import kueue
+from gke_ray_tpu.core import kueue, kueue_quota, kueue_waiting, quantities
 from gke_ray_tpu.core.kuberay import ray_job_problems
+from gke_ray_tpu.training.driver import queue_status
 from tests.fakes import REPLICA_INDEX_LABEL, FakeKubeRay
 from tests.schemas import validate_writes
 
@@ -70,14 +71,14 @@ def condition(kind: str, status: bool, reason: str, message: str, now: datetime)
 
 
 class FakeKueue:
-    """Kueue over ``kube`` for one ClusterQueue and its LocalQueue (manifests as ``core.kueue`` builds them).
+    """Kueue over ``kube`` for one ClusterQueue and its LocalQueue (manifests as ``components.queue_manifests`` builds them).
 
     ``core`` and ``custom`` stand in for the Kubernetes APIs the submit command uses: RayJobs go through Kueue
     to KubeRay, Workloads are Kueue's, and the events are both's.
     """
 
     def __init__(self, kube: FakeKubeRay, cluster_queue: dict, local_queue: dict, *,
-                 wait: kueue.WaitSettings = kueue.WaitSettings(), seconds_per_read: int = 60):
+                 wait: kueue_waiting.WaitSettings = kueue_waiting.WaitSettings(), seconds_per_read: int = 60):
         self.kube = kube
         kube.seconds_per_read = seconds_per_read
         self.cluster_queue = cluster_queue
@@ -97,7 +98,7 @@ class FakeKueue:
         """The most whole slices each RayCluster had up at once."""
         self.flavor_of = {resource: flavor["name"] for group in cluster_queue["spec"]["resourceGroups"]
                           for flavor in group["flavors"] for resource in group["coveredResources"]}
-        self.quota = kueue.queue_capacity(cluster_queue).most
+        self.quota = kueue_quota.queue_capacity(cluster_queue).most
         self.core = _KueueCore(self)
         self.custom = _KueueCustom(self)
 
@@ -129,7 +130,7 @@ class FakeKueue:
         elastic = _elastic(job)
         extra = "" if not elastic else ("1" if replaces is None else f"1_{self._generation(job)}")
         pod_sets = [{"name": s.name, "count": (counts or {}).get(s.name, s.count), "template": self._template(job, s.name)}
-                    for s in kueue.ray_job_pod_sets(job)]
+                    for s in kueue_quota.ray_job_pod_sets(job)]
         workload = {
             "apiVersion": kueue.API_VERSION, "kind": "Workload",
             "metadata": {
@@ -242,7 +243,7 @@ class FakeKueue:
     def _timed_out(self, conditions: dict) -> bool:
         if _is(conditions, "PodsReady"):
             return False
-        admitted = kueue.parse_time(conditions["Admitted"]["lastTransitionTime"])
+        admitted = queue_status.parse_time(conditions["Admitted"]["lastTransitionTime"])
         return (self.now - admitted).total_seconds() >= self.wait.timeout_s
 
     def _evict(self, workload: dict, job: dict) -> None:
@@ -280,7 +281,7 @@ class FakeKueue:
             self._set(workload, "PodsReady", False, "WaitForStart", "Not all pods are ready or succeeded")
             return
         requeue = workload["status"].get("requeueState") or {}
-        if requeue.get("requeueAt") and kueue.parse_time(requeue["requeueAt"]) <= self.now:
+        if requeue.get("requeueAt") and queue_status.parse_time(requeue["requeueAt"]) <= self.now:
             requeue.pop("requeueAt")
             self._set(workload, "Requeued", True, "BackoffFinished", "The workload backoff was finished")
 
@@ -293,8 +294,8 @@ class FakeKueue:
 
     def _usage(self, workload: dict) -> dict:
         """What a Workload takes of the queue: its pod sets' counts of the RayJob's pods."""
-        requests = {s.name: s.requests for s in kueue.ray_job_pod_sets(self._job(workload))}
-        return kueue.usage(kueue.PodSet(s["name"], s["count"], requests[s["name"]]) for s in workload["spec"]["podSets"])
+        requests = {s.name: s.requests for s in kueue_quota.ray_job_pod_sets(self._job(workload))}
+        return kueue_quota.usage(kueue_quota.PodSet(s["name"], s["count"], requests[s["name"]]) for s in workload["spec"]["podSets"])
 
     def _queue_order(self) -> list[dict]:
         def waiting(w: dict) -> bool:
@@ -340,8 +341,8 @@ class FakeKueue:
     def _no_fit(self, workload: dict, free: dict) -> Optional[str]:
         """Kueue's message for the first pod set that does not fit (``flavorassigner.go``), or None."""
         asked: dict[str, Decimal] = {}
-        requests = {s.name: s.requests for s in kueue.ray_job_pod_sets(self._job(workload))}
-        for pod_set in (kueue.PodSet(s["name"], s["count"], requests[s["name"]]) for s in workload["spec"]["podSets"]):
+        requests = {s.name: s.requests for s in kueue_quota.ray_job_pod_sets(self._job(workload))}
+        for pod_set in (kueue_quota.PodSet(s["name"], s["count"], requests[s["name"]]) for s in workload["spec"]["podSets"]):
             for resource, amount in pod_set.requests.items():
                 if resource not in self.flavor_of:  # the stack's Kueue ignores what its queue does not cover
                     continue
@@ -351,25 +352,25 @@ class FakeKueue:
                 if most is not None and asked[resource] > most:
                     return (f"couldn't assign flavors to pod set {pod_set.name}: insufficient quota for {resource} "
                             f"in flavor {flavor}, previously considered podsets requests "
-                            f"({kueue.format_quantity(asked[resource] - amount * pod_set.count)}) + current podset "
-                            f"request ({kueue.format_quantity(amount * pod_set.count)}) > maximum capacity "
-                            f"({kueue.format_quantity(most)})")
+                            f"({quantities.format_quantity(asked[resource] - amount * pod_set.count)}) + current podset "
+                            f"request ({quantities.format_quantity(amount * pod_set.count)}) > maximum capacity "
+                            f"({quantities.format_quantity(most)})")
                 if left is not None and asked[resource] > left:
                     return (f"couldn't assign flavors to pod set {pod_set.name}: insufficient unused quota for "
-                            f"{resource} in flavor {flavor}, {kueue.format_quantity(asked[resource] - left)} more needed")
+                            f"{resource} in flavor {flavor}, {quantities.format_quantity(asked[resource] - left)} more needed")
         return None
 
     def _admit(self, workload: dict) -> None:
         queue = self.cluster_queue["metadata"]["name"]
         job = self._job(workload)
         assignments = []
-        requests = {s.name: s.requests for s in kueue.ray_job_pod_sets(job)}
-        for pod_set in (kueue.PodSet(s["name"], s["count"], requests[s["name"]]) for s in workload["spec"]["podSets"]):
+        requests = {s.name: s.requests for s in kueue_quota.ray_job_pod_sets(job)}
+        for pod_set in (kueue_quota.PodSet(s["name"], s["count"], requests[s["name"]]) for s in workload["spec"]["podSets"]):
             counted = {r: a for r, a in pod_set.requests.items() if r in self.flavor_of}
             assignment: dict = {"name": pod_set.name, "count": pod_set.count}
             if counted:
                 assignment["flavors"] = {r: self.flavor_of[r] for r in counted}
-                assignment["resourceUsage"] = {r: str(kueue.format_quantity(a * pod_set.count))
+                assignment["resourceUsage"] = {r: str(quantities.format_quantity(a * pod_set.count))
                                                for r, a in counted.items()}
             assignments.append(assignment)
         workload["status"]["admission"] = {"clusterQueue": queue, "podSetAssignments": assignments}
@@ -380,7 +381,7 @@ class FakeKueue:
         self._set(workload, "Admitted", True, "Admitted", "The workload is admitted")
         self._set(workload, "PodsReady", False, "WaitForStart", "Not all pods are ready or succeeded")
         name = workload["metadata"]["name"]
-        waited = (self.now - kueue.parse_time(workload["metadata"]["creationTimestamp"])).total_seconds()
+        waited = (self.now - queue_status.parse_time(workload["metadata"]["creationTimestamp"])).total_seconds()
         self._event("Workload", name, "Normal", "QuotaReserved",
                     f"Quota reserved in ClusterQueue {queue}, wait time since queued was {waited:.0f}s")
         self._event("Workload", name, "Normal", "Admitted",
@@ -418,7 +419,7 @@ class FakeKueue:
         return next(w for w in self.workloads.values() if w["metadata"]["ownerReferences"][0]["name"] == job_name)
 
     def events_of(self, kind: str, name: str) -> list[dict]:
-        """The events about one object, as mappings (what ``core.kueue.workload_line`` reads)."""
+        """The events about one object, as mappings (what ``queue_status.workload_line`` reads)."""
         return [{"reason": e.reason, "message": e.message, "type": e.type, "lastTimestamp": e.last_timestamp}
                 for e in self.events if e.involved_object.kind == kind and e.involved_object.name == name]
 

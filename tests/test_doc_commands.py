@@ -256,8 +256,8 @@ def test_every_docs_section_the_code_points_at_is_there():
 
 
 def test_every_module_path_the_code_names_imports():
-    """What the code's own docstrings and comments point at (``gke_ray_tpu.core.kueue.waiting_cost``, or
-    ``core.kueue.waiting_cost`` quoted inside the namespace) is there: a module moved or renamed leaves no old path."""
+    """What the code's own docstrings and comments point at (``gke_ray_tpu.core.kueue_waiting.waiting_cost``, or
+    ``core.kueue_waiting.waiting_cost`` quoted inside the namespace) is there: a module moved or renamed leaves no old path."""
     files = [path for path in REPO_ROOT.rglob("*.py") if path.parts[len(REPO_ROOT.parts)] in CODE_FOLDERS]
     named = sorted({(path.relative_to(REPO_ROOT), dotted if dotted.startswith("gke_ray_tpu.") else f"gke_ray_tpu.{dotted}")
                     for path in files for dotted in re.findall(

@@ -1,16 +1,18 @@
 """The fake Kueue (tests/fake_kueue.py) against Kueue's semantics: runs compete for one queue's chips in order, a
 run whose second slice never comes is evicted when Kueue's PodsReady timeout ends and requeued after its backoff,
-and every Workload it writes passes Kueue's CRD and reads back as one line (core.kueue.workload_line)."""
+and every Workload it writes passes Kueue's CRD and reads back as one line (training.driver.queue_status.workload_line)."""
 
 from __future__ import annotations
 
 import pytest
 
 from gke_ray_tpu.components.ray_manifests import RayClusterSpec, ray_cluster_spec
-from gke_ray_tpu.core import kueue
+from gke_ray_tpu.components import queue_manifests
+from gke_ray_tpu.core import kueue, kueue_quota, kueue_waiting
 from gke_ray_tpu.core.capacity import CAPACITY
 from gke_ray_tpu.core.ray_job import SUBMISSION_MODE, JobCommand, OwnCluster, RayJobRun, ray_job
 from gke_ray_tpu.core.tpu_catalogue import slice_shape
+from gke_ray_tpu.training.driver import queue_status
 from tests.fake_kueue import FakeKueue
 from tests.fakes import FakeJobsClient, FakeKubeRay
 from tests.schemas import validate_kueue, validate_ray_job
@@ -28,10 +30,10 @@ def run_spec(slices: int = 2) -> dict:
 
 
 def queue(kube: FakeKubeRay, strategy: str = kueue.STRICT_FIFO, **wait) -> FakeKueue:
-    quota = kueue.queue_quota(run_spec(), 2, SUBMISSION_MODE)
-    cluster_queue = kueue.cluster_queue(NAMES, NAMESPACE, quota, queueing_strategy=strategy)
-    return FakeKueue(kube, cluster_queue, kueue.local_queue(NAMES, NAMESPACE),
-                     wait=kueue.WaitSettings(**{"timeout_s": 1200, **wait}))
+    quota = kueue_quota.queue_quota(run_spec(), 2, SUBMISSION_MODE)
+    cluster_queue = queue_manifests.cluster_queue(NAMES, NAMESPACE, quota, queueing_strategy=strategy)
+    return FakeKueue(kube, cluster_queue, queue_manifests.local_queue(NAMES, NAMESPACE),
+                     wait=kueue_waiting.WaitSettings(**{"timeout_s": 1200, **wait}))
 
 
 def queued_job(name: str, slices: int = 2) -> dict:
@@ -52,7 +54,7 @@ def read(fake: FakeKueue, name: str) -> dict:
 def line(fake: FakeKueue, name: str) -> str:
     workload = fake.workload_of(name)
     validate_kueue(workload)
-    return kueue.workload_line(workload, fake.events_of("Workload", workload["metadata"]["name"]), now=fake.now,
+    return queue_status.workload_line(workload, fake.events_of("Workload", workload["metadata"]["name"]), now=fake.now,
                                wait=fake.wait)
 
 

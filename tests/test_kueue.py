@@ -1,4 +1,4 @@
-"""core.kueue: the queue's objects against Kueue's CRDs (v0.19.2), the quota arithmetic Kueue applies to a RayJob,
+"""core.kueue and the modules beside it: the queue's objects against Kueue's CRDs (v0.19.2), the quota arithmetic Kueue applies to a RayJob,
 Kueue's RayJob webhook rules, the refusal of a run no queue could admit, the bound on what waiting for slices
 costs, and Workloads read back as one line. Expected numbers are worked out by hand in the comments."""
 
@@ -12,12 +12,14 @@ import pytest
 import yaml
 
 from gke_ray_tpu.components.ray_manifests import RayClusterSpec, ray_cluster_spec, resource_claim_template
-from gke_ray_tpu.core import kueue
+from gke_ray_tpu.components import kueue_config, queue_manifests
+from gke_ray_tpu.core import kueue, kueue_quota, kueue_waiting, quantities
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.capacity import CAPACITY
 from gke_ray_tpu.core.kuberay import ray_job_problems
 from gke_ray_tpu.core.ray_job import SUBMISSION_MODE, JobCommand, OwnCluster, RayJobRun, ray_job
 from gke_ray_tpu.core.tpu_catalogue import slice_shape
+from gke_ray_tpu.training.driver import queue_status
 from tests.schemas import validate_kueue, validate_ray_job
 
 NAMES = kueue.queue_names("maxtext-tpu-cluster", "default", "gke-ray-tpu:rayClusterName")
@@ -46,12 +48,12 @@ def job(cluster: dict, **spec_changes) -> dict:
 @pytest.mark.parametrize("text, value", [("8", 8), ("500m", Decimal("0.5")), ("16Gi", 16 * 2**30),
                                          ("200G", 200 * 10**9), ("1e3", 1000), ("1.5k", 1500), (4, 4)])
 def test_quantities_read_as_kubernetes_writes_them(text, value):
-    assert kueue.quantity(text) == value
+    assert quantities.quantity(text) == value
 
 
 def test_a_quantity_that_is_none_is_refused():
     with pytest.raises(ValueError, match="not a Kubernetes quantity: '8 cores'"):
-        kueue.quantity("8 cores")
+        quantities.quantity("8 cores")
 
 
 def test_names_are_derived_once_and_a_name_too_long_names_the_setting():
@@ -65,39 +67,39 @@ def test_names_are_derived_once_and_a_name_too_long_names_the_setting():
 # --- the queue's objects, against Kueue's CRDs ---
 
 def test_the_slice_flavor_selects_the_shape_and_tolerates_the_tpu_taint():
-    flavor = kueue.tpu_flavor(NAMES, slice_shape("v6e", "4x4"), "cloud.google.com/gke-spot", queued=False)
+    flavor = queue_manifests.tpu_flavor(NAMES, slice_shape("v6e", "4x4"), "cloud.google.com/gke-spot", queued=False)
     validate_kueue(flavor)
     assert flavor["spec"] == {
         "nodeLabels": {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice", "cloud.google.com/gke-tpu-topology": "4x4",
                        "cloud.google.com/gke-spot": "true"},
         "tolerations": [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}],
     }
-    queued = kueue.tpu_flavor(NAMES, slice_shape("v6e", "4x4"), "cloud.google.com/gke-flex-start", queued=True)
+    queued = queue_manifests.tpu_flavor(NAMES, slice_shape("v6e", "4x4"), "cloud.google.com/gke-flex-start", queued=True)
     validate_kueue(queued)
     assert queued["spec"]["tolerations"][1]["key"] == "cloud.google.com/gke-queued"
-    validate_kueue(kueue.host_flavor(NAMES))
+    validate_kueue(queue_manifests.host_flavor(NAMES))
 
 
 def test_the_dev_stacks_queue_holds_its_32_chips():
     # 2 slices x 4 hosts x 4 chips; the 2 DCN NICs of each of the 8 workers when they claim them.
-    quota = kueue.queue_quota(ray_cluster_spec(spec()), 2, SUBMISSION_MODE)
+    quota = kueue_quota.queue_quota(ray_cluster_spec(spec()), 2, SUBMISSION_MODE)
     assert quota == {kueue.TPU: 32}
-    queue = kueue.cluster_queue(NAMES, "default", quota)
+    queue = queue_manifests.cluster_queue(NAMES, "default", quota)
     validate_kueue(queue)
     assert queue["spec"]["resourceGroups"] == [{"coveredResources": ["google.com/tpu"], "flavors": [
         {"name": NAMES.tpu_flavor, "resources": [{"name": "google.com/tpu", "nominalQuota": 32}]}]}]
     assert queue["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "default"}}
     assert queue["spec"]["queueingStrategy"] == "StrictFIFO" and "cohortName" not in queue["spec"]
-    validate_kueue(kueue.local_queue(NAMES, "default"))
+    validate_kueue(queue_manifests.local_queue(NAMES, "default"))
 
 
 def test_a_queue_for_a_kueue_that_counts_everything_covers_the_heads_and_workers_cpu_and_memory():
     template = resource_claim_template(spec(dcn=2))
-    quota = kueue.queue_quota(ray_cluster_spec(spec(dcn=2)), 2, SUBMISSION_MODE, count_host=True,
+    quota = kueue_quota.queue_quota(ray_cluster_spec(spec(dcn=2)), 2, SUBMISSION_MODE, count_host=True,
                               claim_templates={template["metadata"]["name"]: template})
     # cpu: 2 heads x 8 + 8 workers x 8; memory: 2 x 16Gi + 8 x 200G; NICs: 8 workers x 2.
     assert quota == {kueue.TPU: 32, kueue.DCN_NIC: 16, "cpu": 80, "memory": 2 * 16 * 2**30 + 8 * 200 * 10**9}
-    queue = kueue.cluster_queue(NAMES, "default", quota, sharing=kueue.Sharing("research", borrowing_limit=16))
+    queue = queue_manifests.cluster_queue(NAMES, "default", quota, sharing=queue_manifests.Sharing("research", borrowing_limit=16))
     validate_kueue(queue)
     tpu_group, host_group = queue["spec"]["resourceGroups"]
     assert tpu_group["coveredResources"] == ["google.com/tpu", "dcn-nic"]
@@ -108,7 +110,7 @@ def test_a_queue_for_a_kueue_that_counts_everything_covers_the_heads_and_workers
 
 
 def test_queued_provisioning_asks_gke_for_the_tpu_pod_set_only():
-    check, config = kueue.admission_check(NAMES), kueue.provisioning_request_config(NAMES, max_run_duration_s=3600)
+    check, config = queue_manifests.admission_check(NAMES), queue_manifests.provisioning_request_config(NAMES, max_run_duration_s=3600)
     validate_kueue(check)
     validate_kueue(config)
     assert check["spec"]["controllerName"] == "kueue.x-k8s.io/provisioning-request"
@@ -116,7 +118,7 @@ def test_queued_provisioning_asks_gke_for_the_tpu_pod_set_only():
                                            "name": config["metadata"]["name"]}
     assert config["spec"] == {"provisioningClassName": "queued-provisioning.gke.io", "managedResources": ["google.com/tpu"],
                               "parameters": {"maxRunDurationSeconds": "3600"}}
-    queue = kueue.cluster_queue(NAMES, "default", {kueue.TPU: Decimal(16)}, admission_check=True)
+    queue = queue_manifests.cluster_queue(NAMES, "default", {kueue.TPU: Decimal(16)}, admission_check=True)
     validate_kueue(queue)
     assert queue["spec"]["admissionChecksStrategy"] == {
         "admissionChecks": [{"name": check["metadata"]["name"], "onFlavors": [NAMES.tpu_flavor]}]}
@@ -125,16 +127,16 @@ def test_queued_provisioning_asks_gke_for_the_tpu_pod_set_only():
 def test_an_object_with_a_field_kueue_does_not_define_is_refused():
     import jsonschema
 
-    queue = kueue.local_queue(NAMES, "default")
+    queue = queue_manifests.local_queue(NAMES, "default")
     queue["spec"]["cohort"] = "research"  # v1beta1's name; v1beta2 has no such field on a LocalQueue
     with pytest.raises(jsonschema.ValidationError, match=r"\$\.spec\.cohort"):
         validate_kueue(queue)
     with pytest.raises(jsonschema.ValidationError, match="expected kueue.x-k8s.io/v1beta2"):
-        validate_kueue({**kueue.local_queue(NAMES, "default"), "apiVersion": "kueue.x-k8s.io/v1beta1"})
+        validate_kueue({**queue_manifests.local_queue(NAMES, "default"), "apiVersion": "kueue.x-k8s.io/v1beta1"})
 
 
 def test_kueues_configuration_waits_for_pods_requeues_with_backoff_and_counts_only_the_queues_resources():
-    values = kueue.helm_values(kueue.WaitSettings(timeout_s=900, requeue_limit=2))
+    values = kueue_config.helm_values(kueue_waiting.WaitSettings(timeout_s=900, requeue_limit=2))
     config = yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"])
     assert config["apiVersion"] == "config.kueue.x-k8s.io/v1beta2" and config["kind"] == "Configuration"
     assert config["waitForPodsReady"] == {"timeout": "900s", "blockAdmission": False, "requeuingStrategy": {
@@ -144,23 +146,23 @@ def test_kueues_configuration_waits_for_pods_requeues_with_backoff_and_counts_on
     # The DCN claims of the TPU workers are neither counted nor a reason to refuse a run.
     assert values["controllerManager"]["featureGates"] == [{"name": "KueueDRAIntegration", "enabled": False},
                                                            {"name": "KueueDRARejectWorkloadsWhenDRADisabled", "enabled": False}]
-    endless = kueue.manager_config(kueue.WaitSettings(requeue_limit=None))
+    endless = kueue_config.manager_config(kueue_waiting.WaitSettings(requeue_limit=None))
     assert "backoffLimitCount" not in endless["waitForPodsReady"]["requeuingStrategy"]
 
 
 def test_the_backoff_doubles_up_to_its_cap():
-    wait = kueue.WaitSettings(backoff_base_s=60, backoff_max_s=300)
+    wait = kueue_waiting.WaitSettings(backoff_base_s=60, backoff_max_s=300)
     assert [wait.backoff_s(n) for n in range(1, 6)] == [60, 120, 240, 300, 300]
 
 
 # --- what a RayJob asks of the queue ---
 
 def test_a_runs_pod_sets_are_the_head_and_replicas_times_hosts_workers():
-    sets = kueue.ray_job_pod_sets(job(ray_cluster_spec(spec(slices=3))))
+    sets = kueue_quota.ray_job_pod_sets(job(ray_cluster_spec(spec(slices=3))))
     assert [(s.name, s.count) for s in sets] == [("head", 1), ("tpu-group", 12)]
     assert sets[0].requests == {"cpu": 8, "memory": 16 * 2**30}
     assert sets[1].requests == {"cpu": 8, "memory": 200 * 10**9, kueue.TPU: 4}
-    assert kueue.usage(sets)[kueue.TPU] == 48
+    assert kueue_quota.usage(sets)[kueue.TPU] == 48
 
 
 def test_the_autoscaler_the_submitter_and_init_containers_count_as_kueue_counts_them():
@@ -169,12 +171,12 @@ def test_the_autoscaler_the_submitter_and_init_containers_count_as_kueue_counts_
     cluster["enableInTreeAutoscaling"] = True  # what an elastic run that grows will bring (docs/queues.md)
     cluster["headGroupSpec"]["template"]["spec"]["initContainers"] = [
         {"name": "warm", "image": "busybox", "resources": {"requests": {"cpu": "12"}}}]
-    head, workers, submitter = kueue.ray_job_pod_sets(manifest)
+    head, workers, submitter = kueue_quota.ray_job_pod_sets(manifest)
     # The head's 8 cpu + the autoscaler's 0.5 is below the init container's 12; memory 16Gi + 512Mi.
     assert head.requests == {"cpu": 12, "memory": 16 * 2**30 + 512 * 2**20}
     assert (submitter.name, submitter.count, submitter.requests) == ("submitter", 1, {"cpu": Decimal("0.5"),
                                                                                        "memory": 200 * 2**20})
-    sidecar_head = kueue.ray_job_pod_sets(job(ray_cluster_spec(spec()), submissionMode="SidecarMode"))[0]
+    sidecar_head = kueue_quota.ray_job_pod_sets(job(ray_cluster_spec(spec()), submissionMode="SidecarMode"))[0]
     assert sidecar_head.requests["cpu"] == Decimal("8.5")
 
 
@@ -223,53 +225,53 @@ def test_an_elastic_run_may_autoscale_and_a_run_outside_the_queue_is_not_kueues(
 
 def test_autopilots_all_nics_claim_is_one_kueue_cannot_count():
     autopilot = resource_claim_template(spec(dcn=2, compute_class="tpu-class"))
-    assert kueue.claim_problems(autopilot) == [
+    assert kueue_quota.claim_problems(autopilot) == [
         "device request 'req-netdev' asks for all devices (allocationMode All), which Kueue cannot count"]
-    assert kueue.claim_problems(resource_claim_template(spec(dcn=2))) == []
+    assert kueue_quota.claim_problems(resource_claim_template(spec(dcn=2))) == []
 
 
 # --- a run no queue could admit ---
 
 def test_a_run_asking_more_chips_than_the_queue_has_is_refused_naming_the_key():
-    capacity = kueue.queue_capacity(kueue.cluster_queue(NAMES, "default", {kueue.TPU: Decimal(32)}))
-    asked = kueue.usage(kueue.ray_job_pod_sets(job(ray_cluster_spec(spec(slices=3)))))
+    capacity = kueue_quota.queue_capacity(queue_manifests.cluster_queue(NAMES, "default", {kueue.TPU: Decimal(32)}))
+    asked = kueue_quota.usage(kueue_quota.ray_job_pod_sets(job(ray_cluster_spec(spec(slices=3)))))
     with pytest.raises(ConfigError) as error:
-        kueue.check_admissible(asked, capacity, "--slices", 3)
+        kueue_quota.check_admissible(asked, capacity, "--slices", 3)
     assert error.value.key == "--slices" and error.value.value == 3
     assert error.value.expected == (f"a run ClusterQueue {NAMES.cluster_queue} can ever admit: it asks for 48 "
                                     "google.com/tpu, the queue has at most 32 (its quota and what it may borrow)")
-    kueue.check_admissible(kueue.usage(kueue.ray_job_pod_sets(job(ray_cluster_spec(spec(slices=2))))), capacity,
+    kueue_quota.check_admissible(kueue_quota.usage(kueue_quota.ray_job_pod_sets(job(ray_cluster_spec(spec(slices=2))))), capacity,
                            "--slices", 2)
 
 
 def test_what_a_queue_may_borrow_counts_and_a_cohort_without_a_limit_is_unbounded():
     asked = {kueue.TPU: Decimal(48)}
-    limited = kueue.cluster_queue(NAMES, "default", {kueue.TPU: Decimal(32)}, sharing=kueue.Sharing("r", borrowing_limit=16))
-    kueue.check_admissible(asked, kueue.queue_capacity(limited), "--slices", 3)
+    limited = queue_manifests.cluster_queue(NAMES, "default", {kueue.TPU: Decimal(32)}, sharing=queue_manifests.Sharing("r", borrowing_limit=16))
+    kueue_quota.check_admissible(asked, kueue_quota.queue_capacity(limited), "--slices", 3)
     with pytest.raises(ConfigError, match="asks for 64 google.com/tpu, the queue has at most 48"):
-        kueue.check_admissible({kueue.TPU: Decimal(64)}, kueue.queue_capacity(limited), "--slices", 4)
-    unbounded = kueue.cluster_queue(NAMES, "default", {kueue.TPU: Decimal(32)}, sharing=kueue.Sharing("r"))
-    assert kueue.queue_capacity(unbounded).most == {kueue.TPU: None}
-    kueue.check_admissible({kueue.TPU: Decimal(640)}, kueue.queue_capacity(unbounded), "--slices", 40)
+        kueue_quota.check_admissible({kueue.TPU: Decimal(64)}, kueue_quota.queue_capacity(limited), "--slices", 4)
+    unbounded = queue_manifests.cluster_queue(NAMES, "default", {kueue.TPU: Decimal(32)}, sharing=queue_manifests.Sharing("r"))
+    assert kueue_quota.queue_capacity(unbounded).most == {kueue.TPU: None}
+    kueue_quota.check_admissible({kueue.TPU: Decimal(640)}, kueue_quota.queue_capacity(unbounded), "--slices", 40)
 
 
 def test_a_resource_the_queue_does_not_cover_is_refused_only_where_kueue_checks_every_resource():
-    capacity = kueue.queue_capacity(kueue.cluster_queue(NAMES, "default", {kueue.TPU: Decimal(32)}))
-    kueue.check_admissible({"cpu": Decimal(72), kueue.TPU: Decimal(32)}, capacity, "--slices", 2)
+    capacity = kueue_quota.queue_capacity(queue_manifests.cluster_queue(NAMES, "default", {kueue.TPU: Decimal(32)}))
+    kueue_quota.check_admissible({"cpu": Decimal(72), kueue.TPU: Decimal(32)}, capacity, "--slices", 2)
     with pytest.raises(ConfigError, match="they ask for cpu"):
-        kueue.check_admissible({"cpu": Decimal(72)}, capacity, "--slices", 2, ignore_undeclared=False)
+        kueue_quota.check_admissible({"cpu": Decimal(72)}, capacity, "--slices", 2, ignore_undeclared=False)
 
 
 # --- what waiting for slices that never come can cost ---
 
 def test_waiting_bills_at_most_the_slices_that_came_for_the_timeout_and_scale_down_per_admission():
-    wait = kueue.WaitSettings(timeout_s=1800, requeue_limit=3)
-    cost = kueue.waiting_cost("spot", 2, wait)
+    wait = kueue_waiting.WaitSettings(timeout_s=1800, requeue_limit=3)
+    cost = kueue_waiting.waiting_cost("spot", 2, wait)
     # 4 admissions x 1 slice x (1800 + 600) s = 9600 slice-seconds.
     assert (cost.attempts, cost.slices_billed, cost.seconds_per_attempt) == (4, 1, 2400)
     assert cost.slice_hours == pytest.approx(9600 / 3600)
-    assert kueue.waiting_cost("on-demand", 4, wait).slice_hours == pytest.approx(4 * 3 * 2400 / 3600)
-    assert kueue.waiting_cost("on-demand", 4, kueue.WaitSettings(requeue_limit=None)).slice_hours is None
+    assert kueue_waiting.waiting_cost("on-demand", 4, wait).slice_hours == pytest.approx(4 * 3 * 2400 / 3600)
+    assert kueue_waiting.waiting_cost("on-demand", 4, kueue_waiting.WaitSettings(requeue_limit=None)).slice_hours is None
 
 
 @pytest.mark.parametrize("capacity, slices, queued, why", [
@@ -278,16 +280,16 @@ def test_waiting_bills_at_most_the_slices_that_came_for_the_timeout_and_scale_do
     ("spot", 1, False, "brings a slice up whole"),
 ])
 def test_waiting_costs_nothing_where_no_slice_can_be_up_alone(capacity, slices, queued, why):
-    cost = kueue.waiting_cost(capacity, slices, kueue.WaitSettings(), queued_provisioning=queued)
+    cost = kueue_waiting.waiting_cost(capacity, slices, kueue_waiting.WaitSettings(), queued_provisioning=queued)
     assert cost.slice_hours == 0 and why in cost.why
 
 
 def test_a_kuberay_deadline_inside_kueues_timeout_is_named():
-    wait = kueue.WaitSettings(timeout_s=1800)
-    assert kueue.deadline_problems(3600, 0, wait) == [] and kueue.deadline_problems(None, 2, wait) == []
-    [fails] = kueue.deadline_problems(1800, 0, wait)
+    wait = kueue_waiting.WaitSettings(timeout_s=1800)
+    assert kueue_waiting.deadline_problems(3600, 0, wait) == [] and kueue_waiting.deadline_problems(None, 2, wait) == []
+    [fails] = kueue_waiting.deadline_problems(1800, 0, wait)
     assert "fails the run instead of sending it back to the queue" in fails
-    [retries] = kueue.deadline_problems(600, 2, wait)
+    [retries] = kueue_waiting.deadline_problems(600, 2, wait)
     assert "recreates its cluster up to 2 times within one admission" in retries
 
 
@@ -312,7 +314,7 @@ def test_a_run_waiting_for_queued_provisioning_says_which_check_and_what_gke_sai
                         admission={"clusterQueue": "cq", "podSetAssignments": [{"name": "head", "count": 1}]},
                         admissionChecks=[{"name": "dws", "state": "Pending", "message": "Provisioning Request was created",
                                           "lastTransitionTime": "2026-12-04T06:10:00Z"}])
-    assert kueue.workload_line(reserved, now=NOW) == (
+    assert queue_status.workload_line(reserved, now=NOW) == (
         "waiting for provisioning: quota reserved in cq, dws: Pending - Provisioning Request was created")
 
 
@@ -320,7 +322,7 @@ def test_a_queued_run_gives_its_position_and_the_newest_pending_reason_when_the_
     events = [{"reason": "Pending", "message": "older", "lastTimestamp": "2026-12-04T06:01:00Z"},
               {"reason": "Pending", "message": "insufficient unused quota for google.com/tpu in flavor f, 16 more needed",
                "lastTimestamp": "2026-12-04T06:02:00Z"}]
-    assert kueue.workload_line(workload(), events, now=NOW, position=2) == (
+    assert queue_status.workload_line(workload(), events, now=NOW, position=2) == (
         "queued in maxtext-tpu-cluster at position 2: insufficient unused quota for google.com/tpu in flavor f, "
         "16 more needed")
 
@@ -329,5 +331,5 @@ def test_the_newest_unfinished_slice_stands_for_an_elastic_run():
     old = workload(("Finished", "True", "WorkloadSliceReplaced", "Replaced to accommodate a new workload slice"))
     new = copy.deepcopy(workload())
     new["metadata"]["creationTimestamp"] = "2026-12-04T06:20:00Z"
-    assert kueue.current_workload([new, old]) is new
-    assert kueue.current_workload([old]) is old and kueue.current_workload([]) is None
+    assert queue_status.current_workload([new, old]) is new
+    assert queue_status.current_workload([old]) is old and queue_status.current_workload([]) is None

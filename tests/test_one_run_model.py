@@ -17,7 +17,7 @@ import json
 import pytest
 import yaml
 
-from gke_ray_tpu.core import kueue, ray_job as builder
+from gke_ray_tpu.core import kueue, kueue_waiting, ray_job as builder
 from gke_ray_tpu.core.kuberay import ray_job_problems
 from gke_ray_tpu.stack.mock_engine import load_stack_file, run_offline
 from tests.conftest import REPO_ROOT, source_files, with_keys
@@ -119,8 +119,8 @@ def test_every_rayjob_comes_from_the_one_builder_and_passes_kuberays_and_kueues_
         assert (annotations.get(kueue.ELASTIC_JOB_ANNOTATION) == "true") == grows, path
         # In the queue, KubeRay's deadline lies past Kueue's timeout (the stack's, or the test's queue's).
         if "queued" in path:
-            assert kueue.deadline_problems(spec["preRunningDeadlineSeconds"], spec["backoffLimit"],
-                                           kueue.WaitSettings(timeout_s=1800 if how == "declared" else 900)) == []
+            assert kueue_waiting.deadline_problems(spec["preRunningDeadlineSeconds"], spec["backoffLimit"],
+                                           kueue_waiting.WaitSettings(timeout_s=1800 if how == "declared" else 900)) == []
         for container in group["template"]["spec"]["containers"]:
             env = {item["name"]: item["value"] for item in container["env"]}
             assert env[builder.MEGASCALE_NUM_SLICES] == str(slices)

@@ -11,7 +11,7 @@ import pytest
 from gke_ray_tpu.components.maxtext_run import build_run_job, run_description
 from gke_ray_tpu.components.ray_manifests import ray_cluster_spec
 from gke_ray_tpu.components.ray_tpu_cluster import cluster_ref, spec_from_args
-from gke_ray_tpu.core import kueue
+from gke_ray_tpu.core import kueue, kueue_quota, quantities
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.kuberay import ray_job_problems
 from gke_ray_tpu.core.ray_job import JobCommand, OwnCluster, RayJobRun, ray_job
@@ -129,10 +129,10 @@ def test_an_elastic_run_in_a_queue_starts_on_its_minimum_with_the_autoscaler_and
     options = cluster["autoscalerOptions"]
     assert (options["version"], options["idleTimeoutSeconds"]) == ("v2", 3600)
     # Kueue counts the autoscaler sidecar in the head's pod set, as KubeRay gives it: 500m and 512Mi.
-    head, workers = kueue.ray_job_pod_sets(manifest)
-    assert (head.requests["cpu"], workers.count) == (kueue.quantity("8.5"), 4)
-    assert kueue.usage(kueue.ray_job_pod_sets(manifest))[kueue.TPU] == 16
-    assert kueue.usage(kueue.ray_job_pod_sets(manifest, grown=True))[kueue.TPU] == 48
+    head, workers = kueue_quota.ray_job_pod_sets(manifest)
+    assert (head.requests["cpu"], workers.count) == (quantities.quantity("8.5"), 4)
+    assert kueue_quota.usage(kueue_quota.ray_job_pod_sets(manifest))[kueue.TPU] == 16
+    assert kueue_quota.usage(kueue_quota.ray_job_pod_sets(manifest, grown=True))[kueue.TPU] == 48
 
 
 def test_the_kubernetes_api_token_is_the_autoscalers_alone():

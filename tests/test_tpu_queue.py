@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gke_ray_tpu.core import kueue
+from gke_ray_tpu.components import queue_manifests
+from gke_ray_tpu.core import kueue, kueue_quota, kueue_waiting
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.stack.mock_engine import OfflineRun, run_offline
 from tests.schemas import validate_kueue
@@ -172,7 +173,7 @@ def test_a_stack_whose_runs_bring_their_cluster_queues_them_and_a_held_one_has_n
     job = flex.one(RAYJOB)
     assert job.inputs["metadata"]["labels"] == {kueue.QUEUE_LABEL: "maxtext-tpu-cluster"}
     assert "queue-local-queue" in short(job.dependencies)
-    assert job.inputs["spec"]["preRunningDeadlineSeconds"] == 1800 + kueue.QUEUED_DEADLINE_MARGIN_S
+    assert job.inputs["spec"]["preRunningDeadlineSeconds"] == 1800 + kueue_waiting.QUEUED_DEADLINE_MARGIN_S
 
 
 @pytest.mark.parametrize("keys, key, expected", [
@@ -280,7 +281,7 @@ def test_a_declared_run_the_queue_could_never_admit_fails_preview_naming_the_run
     plan = plan_stack(parse_stack_config(with_keys(dev_config, capacity="flex-start")))
     check_queue_admits(plan)  # the stack's own queue holds its slices: the run fits
     names = kueue.queue_names("maxtext-tpu-cluster", "default", "key")
-    smaller = kueue.queue_capacity(kueue.cluster_queue(names, "default", {kueue.TPU: Decimal(16)}))
+    smaller = kueue_quota.queue_capacity(queue_manifests.cluster_queue(names, "default", {kueue.TPU: Decimal(16)}))
     with pytest.raises(ConfigError) as error:
         check_queue_admits(plan, smaller)
     assert (error.value.key, error.value.value) == ("gke-ray-tpu:runs[0]", "baseline-8b")

@@ -12,7 +12,8 @@ import re
 
 import pytest
 
-from gke_ray_tpu.core import kueue
+from gke_ray_tpu.components import queue_manifests
+from gke_ray_tpu.core import kueue, kueue_quota, kueue_waiting
 from gke_ray_tpu.core.ray_job import SUBMISSION_MODE, JobCommand, OwnCluster, RayJobRun, ray_job
 from gke_ray_tpu.training.driver import connection, outcome, port_forward, run_cluster
 from tests.fake_kueue import FakeKueue
@@ -23,7 +24,7 @@ from tests.test_training_submit import group_start, run_cli, run_dirs, step, wri
 from tests.test_training_submit_run_cluster import Bucket, per_run_spec
 
 NAMES = kueue.queue_names("maxtext-tpu-cluster", "default", "rayClusterName")
-WAIT = kueue.WaitSettings(timeout_s=900, requeue_limit=1)
+WAIT = kueue_waiting.WaitSettings(timeout_s=900, requeue_limit=1)
 """Kueue's waiting as the stack would set it with podsReadyTimeout 900 and requeueLimit 1: 15 of the fake's reads,
 enough for a run's head and 8 hosts to come up one a read."""
 LONG_LOG = "\n".join([group_start(100, 101), *(step(pid, n, 6.0 - n / 10) for n in range(12) for pid in (100, 101))])
@@ -38,9 +39,9 @@ def queued_outputs(dev_run) -> dict:
 
 
 def cluster_queue(chips: int = 32) -> dict:
-    quota = kueue.queue_quota(per_run_spec(), 2, SUBMISSION_MODE)
+    quota = kueue_quota.queue_quota(per_run_spec(), 2, SUBMISSION_MODE)
     assert quota == {kueue.TPU: 32}
-    queue = kueue.cluster_queue(NAMES, "default", {kueue.TPU: Decimal(chips)})
+    queue = queue_manifests.cluster_queue(NAMES, "default", {kueue.TPU: Decimal(chips)})
     validate_kueue(queue)
     return queue
 
@@ -51,7 +52,7 @@ def queued(monkeypatch):
     holder: dict = {"bucket": Bucket(), "checks": []}
 
     def use(jobs: FakeJobsClient, chips: int = 32, **kube) -> FakeKueue:
-        fake = FakeKueue(FakeKubeRay(jobs, **kube), cluster_queue(chips), kueue.local_queue(NAMES, "default"), wait=WAIT)
+        fake = FakeKueue(FakeKubeRay(jobs, **kube), cluster_queue(chips), queue_manifests.local_queue(NAMES, "default"), wait=WAIT)
         holder["fake"] = fake
         return fake
 
@@ -123,8 +124,8 @@ def test_a_run_whose_second_slice_never_comes_is_evicted_requeued_and_given_up_i
     assert len(fake.evictions) == 1 and fake.kube.pods == {} and fake.kube.clusters == set()
     assert fake.kube.jobs.submitted == []  # the job never started: no Ray head took it
     # Billed while waiting: slice 0 up until each of the 2 admissions timed out (15 minutes each), slice 1 never:
-    # at most 2 x 1 slice x 900 s, Kueue's bound (core.kueue.waiting_cost) without GKE's scale-down.
-    bound = kueue.waiting_cost("spot", 2, WAIT, scale_down_s=0)
+    # at most 2 x 1 slice x 900 s, Kueue's bound (core.kueue_waiting.waiting_cost) without GKE's scale-down.
+    bound = kueue_waiting.waiting_cost("spot", 2, WAIT, scale_down_s=0)
     assert (bound.attempts, bound.slices_billed, bound.seconds_per_attempt) == (2, 1, 900)
     assert 0 < fake.slice_seconds <= 2 * 1 * 900
 
@@ -181,8 +182,8 @@ def test_a_deadline_inside_kueues_timeout_is_refused_and_the_default_lies_past_i
     assert "fails the run instead of sending it back to the queue" in err and fake.kube.created == []
     assert run_cli(capsys, "--outputs-file", outputs, "run_name=d")[0] == 0
     [created] = fake.kube.created
-    assert created["spec"]["preRunningDeadlineSeconds"] == 900 + kueue.QUEUED_DEADLINE_MARGIN_S
-    assert kueue.deadline_problems(created["spec"]["preRunningDeadlineSeconds"], 0, WAIT) == []
+    assert created["spec"]["preRunningDeadlineSeconds"] == 900 + kueue_waiting.QUEUED_DEADLINE_MARGIN_S
+    assert kueue_waiting.deadline_problems(created["spec"]["preRunningDeadlineSeconds"], 0, WAIT) == []
     assert queued.holder["checks"] == [True]  # the RayJob CRD's floor too (a run that brings its own cluster)
 
 
@@ -196,7 +197,7 @@ def test_a_held_stack_has_no_queue_in_its_outputs(tmp_path, dev_run, queued_outp
     assert loaded.queue_wait == WAIT
     existing = stack_outputs.load_file(write(tmp_path, {**queued_outputs, "podsReadyTimeoutS": None,
                                                         "requeueLimit": None}))
-    assert existing.queue_wait == kueue.WaitSettings(requeue_limit=None)  # a cluster's own Kueue: its defaults
+    assert existing.queue_wait == kueue_waiting.WaitSettings(requeue_limit=None)  # a cluster's own Kueue: its defaults
 
 
 def test_the_stack_exports_its_queue_for_the_submit_command(run_stack):
@@ -208,7 +209,7 @@ def test_the_stack_exports_its_queue_for_the_submit_command(run_stack):
     outputs = json.loads(json.dumps(run.outputs))
     from gke_ray_tpu.training.driver.stack_outputs import from_mapping
 
-    assert from_mapping(outputs, "outputs").queue_wait == kueue.WaitSettings(timeout_s=900, requeue_limit=2)
+    assert from_mapping(outputs, "outputs").queue_wait == kueue_waiting.WaitSettings(timeout_s=900, requeue_limit=2)
     assert re.fullmatch(r"[a-z0-9-]+", outputs["clusterQueue"])
 
 

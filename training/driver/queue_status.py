@@ -1,4 +1,5 @@
-"""Where a run stands in the stack's queue, read from Kueue: the submit command's side of ``core.kueue``.
+"""Where a run stands in the stack's queue, read from Kueue: the submit command's side of ``core.kueue``, and a
+Workload read back as one line for a person (:func:`workload_line`).
 
 On a stack whose runs bring their own cluster, every run's RayJob waits in the
 stack's LocalQueue (``TpuQueue``). Kueue makes a Workload of it, labelled with
@@ -6,21 +7,131 @@ the RayJob's UID, and says in its conditions and events whether the run is
 queued (and behind what), waiting for GKE's queued provisioning, admitted,
 evicted for slices that did not all come and requeued, or given up; an elastic
 run that grows gets a new Workload for its larger size. :class:`RunInQueue`
-reads them as one line (``core.kueue.workload_line``), and refuses, before the
+reads them as one line (:func:`workload_line`), and refuses, before the
 RayJob is created, a run the queue could never admit.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable, Mapping, Optional
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-from gke_ray_tpu.core import kueue
+from gke_ray_tpu.core import kueue, kueue_quota
+from gke_ray_tpu.core.kueue_waiting import WaitSettings
 from gke_ray_tpu.training.driver.errors import ClusterError
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
+
+
+# --- A Workload, read back for a person ------------------------------------------------------------------------
+
+def parse_time(value: str) -> datetime:
+    """An RFC 3339 time as the API server writes it (``2026-12-04T06:00:00Z``)."""
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(timezone.utc)
+
+
+def _clock(moment: datetime) -> str:
+    return moment.strftime("%H:%M:%S UTC")
+
+
+def _conditions(workload: Mapping) -> dict[str, Mapping]:
+    return {c["type"]: c for c in (workload.get("status") or {}).get("conditions") or []}
+
+
+def _true(conditions: Mapping[str, Mapping], kind: str) -> bool:
+    return (conditions.get(kind) or {}).get("status") == "True"
+
+
+def current_workload(workloads: Iterable[Mapping]) -> Optional[Mapping]:
+    """The Workload that stands for a run now: the newest that has not finished (an elastic run that grew has
+    older, finished slices), else the newest."""
+    ordered = sorted(workloads, key=lambda w: (w.get("metadata") or {}).get("creationTimestamp") or "")
+    live = [w for w in ordered if not _true(_conditions(w), "Finished")]
+    return (live or ordered or [None])[-1]
+
+
+def workload_line(workload: Mapping, events: Sequence[Mapping] = (), *, now: datetime,
+                  position: Optional[int] = None, wait: Optional[WaitSettings] = None) -> str:
+    """Where a run stands in Kueue, in one line: queued (and behind what), waiting for provisioning, admitted,
+    evicted for slow slices and requeued (when), given up, or finished.
+
+    From the Workload's conditions (``apis/kueue/v1beta2/workload_types.go``), its admission and requeue state,
+    and its events (the newest ``Pending`` message when the conditions carry none: Kueue writes a pending reason
+    only for the Workloads it tried to admit). ``position`` in the LocalQueue comes from Kueue's visibility API,
+    when read; ``wait``: the queue's settings, to say when an admitted run's pods time out."""
+    conditions = _conditions(workload)
+    if _true(conditions, "Finished"):
+        finished = conditions["Finished"]
+        return f"finished ({finished.get('reason')}): {finished.get('message')}"
+    evicted = conditions.get("Evicted") or {}
+    deactivated = (workload.get("spec") or {}).get("active") is False
+    if deactivated or (evicted.get("status") == "True" and str(evicted.get("reason", "")).startswith("Deactivated")):
+        # Kueue clears the requeue count when it deactivates a Workload; the limit it reached is the queue's.
+        after = (f" after {wait.requeue_limit} requeue{'s' * (wait.requeue_limit != 1)}"
+                 if wait is not None and wait.requeue_limit is not None else "")
+        return (f"given up: Kueue deactivated the run{after} ({evicted.get('message') or 'spec.active is false'}); "
+                "delete its RayJob, or set its Workload's spec.active to true to queue it again")
+    if _true(conditions, "QuotaReserved") and not _true(conditions, "Evicted"):
+        return _admitted_line(workload, conditions, wait)
+    if evicted.get("status") == "True":
+        return _evicted_line(workload, conditions, events, now, position)
+    return _queued_line(workload, conditions, events, position)
+
+
+def _admitted_line(workload: Mapping, conditions: Mapping[str, Mapping], wait: Optional[WaitSettings]) -> str:
+    status = workload.get("status") or {}
+    queue = (status.get("admission") or {}).get("clusterQueue", "its ClusterQueue")
+    if not _true(conditions, "Admitted"):
+        checks = [c for c in status.get("admissionChecks") or [] if c.get("state") != "Ready"]
+        said = "; ".join(f"{c.get('name')}: {c.get('state')}{' - ' + c['message'] if c.get('message') else ''}"
+                         for c in checks)
+        return f"waiting for provisioning: quota reserved in {queue}, {said or 'admission checks pending'}"
+    if _true(conditions, "PodsReady"):
+        return f"admitted by {queue}; all its pods are ready"
+    admitted_at = parse_time(conditions["Admitted"]["lastTransitionTime"])
+    line = f"admitted by {queue} at {_clock(admitted_at)}; waiting for its pods"
+    if wait is not None:
+        deadline = datetime.fromtimestamp(admitted_at.timestamp() + wait.timeout_s, timezone.utc)
+        line += f" (if they are not all ready by {_clock(deadline)}, Kueue evicts the run and requeues it)"
+    return line
+
+
+def _evicted_line(workload: Mapping, conditions: Mapping[str, Mapping], events: Sequence[Mapping],
+                  now: datetime, position: Optional[int]) -> str:
+    evicted = conditions["Evicted"]
+    requeue = (workload.get("status") or {}).get("requeueState") or {}
+    reason = evicted.get("reason")
+    cause = ("evicted for slow slices (its pods were not all ready in time)" if reason == kueue.EVICTED_BY_PODS_READY_TIMEOUT
+             else f"evicted ({reason}: {evicted.get('message')})")
+    if _true(conditions, "QuotaReserved"):
+        return f"{cause}; KubeRay is deleting its cluster"
+    count = requeue.get("count")
+    nth = f" (requeue {count})" if count else ""
+    if requeue.get("requeueAt") and not _true(conditions, "Requeued"):
+        at = parse_time(requeue["requeueAt"])
+        wait_s = max(0, math.ceil(at.timestamp() - now.timestamp()))
+        return f"{cause}; back in the queue at {_clock(at)} (in {wait_s} s){nth}"
+    return f"{cause}; requeued{nth}, " + _queued_line(workload, conditions, events, position)
+
+
+def _queued_line(workload: Mapping, conditions: Mapping[str, Mapping], events: Sequence[Mapping],
+                 position: Optional[int]) -> str:
+    queue = (workload.get("spec") or {}).get("queueName", "its LocalQueue")
+    where = f"queued in {queue}" + (f" at position {position}" if position is not None else "")
+    reserved = conditions.get("QuotaReserved") or {}
+    message = reserved.get("message") if reserved.get("status") == "False" else None
+    if message and message == (conditions.get("Evicted") or {}).get("message"):
+        message = None  # Kueue keeps the eviction's message there until it next tries to admit the run
+    pending = [e for e in events if e.get("reason") == "Pending"]
+    if not message and pending:
+        message = max(pending, key=lambda e: e.get("lastTimestamp") or "").get("message")
+    return f"{where}: {message}" if message else f"{where}, behind the runs before it"
+
+
+# --- The queue as one run sees it -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -69,10 +180,10 @@ class RunInQueue:
                     "this run")
                 return
             raise ClusterError(f"reading ClusterQueue {name} ({e.status} {e.reason})") from None
-        asked = kueue.usage(kueue.ray_job_pod_sets(manifest, grown=True))
+        asked = kueue_quota.usage(kueue_quota.ray_job_pod_sets(manifest, grown=True))
         # The stack's Kueue counts only what its queue covers; a cluster's own Kueue checks every resource.
         installed = self.outputs.pods_ready_timeout_s is not None
-        kueue.check_admissible(asked, kueue.queue_capacity(queue), "--slices", slices, ignore_undeclared=installed)
+        kueue_quota.check_admissible(asked, kueue_quota.queue_capacity(queue), "--slices", slices, ignore_undeclared=installed)
 
     def workloads(self, ray_job: Mapping) -> list[dict]:
         uid = (ray_job.get("metadata") or {}).get("uid")
@@ -92,11 +203,11 @@ class RunInQueue:
                 for e in listed if e.involved_object.kind == "Workload" and e.involved_object.name == name]
 
     def standing(self, ray_job: Mapping) -> Standing:
-        workload = kueue.current_workload(self.workloads(ray_job))
+        workload = current_workload(self.workloads(ray_job))
         if workload is None:
             return Standing(f"waiting for Kueue to take the run into {self.outputs.local_queue}", None)
         now = datetime.fromtimestamp(self.clock(), timezone.utc)
-        line = kueue.workload_line(workload, self.events(workload), now=now, wait=self.outputs.queue_wait)
+        line = workload_line(workload, self.events(workload), now=now, wait=self.outputs.queue_wait)
         given_up = (workload.get("spec") or {}).get("active") is False
         return Standing(line, self._slices(workload), given_up)
 

@@ -11,7 +11,7 @@ from gke_ray_tpu.core.job_spec import DEFAULT_CONFIG, parse_overrides
 from gke_ray_tpu.core.maxtext import Value
 from gke_ray_tpu.core import REPO_ROOT
 from gke_ray_tpu.core.presets import DEFAULT_PRESET, PRESETS
-from gke_ray_tpu.core.kueue import QUEUED_DEADLINE_MARGIN_S
+from gke_ray_tpu.core.kueue_waiting import QUEUED_DEADLINE_MARGIN_S
 from gke_ray_tpu.core.ray_job import DEFAULT_PRE_RUNNING_DEADLINE_SECONDS
 
 DEFAULT_LOCAL_DIR = REPO_ROOT / "local-runs"

@@ -78,7 +78,7 @@ class StackOutputs(BaseModel):
     def queue_wait(self):
         """The queue's waiting settings (None without a queue); with the cluster's own Kueue, Kueue 0.19's defaults
         (a 1800 s timeout, requeued for ever), which that Kueue may not keep."""
-        from gke_ray_tpu.core.kueue import WaitSettings
+        from gke_ray_tpu.core.kueue_waiting import WaitSettings
 
         if self.local_queue is None:
             return None

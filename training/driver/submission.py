@@ -18,7 +18,7 @@ from gke_ray_tpu.core.job_spec import (
 )
 from gke_ray_tpu.core.presets import DEFAULT_PRESET, get_preset
 from gke_ray_tpu.core.slices import run_min_slices
-from gke_ray_tpu.core.kueue import deadline_problems, queued_pre_running_deadline
+from gke_ray_tpu.core.kueue_waiting import deadline_problems, queued_pre_running_deadline
 from gke_ray_tpu.core.ray_job import (
     DEFAULT_PRE_RUNNING_DEADLINE_SECONDS, PRE_RUNNING_DEADLINE_SECONDS, JobCommand, archived_command, check_backoff_limit,
 )
@@ -120,7 +120,7 @@ def pre_running_deadline(request: SubmitRequest, outputs: StackOutputs) -> int:
     """The run's ``preRunningDeadlineSeconds``: ``--pre-running-deadline-seconds``, else the default, which in the
     stack's queue lies past Kueue's PodsReady timeout. KubeRay counts it per attempt and retries a run that
     reaches it (``gke_ray_tpu.core.ray_job.DEFAULT_PRE_RUNNING_DEADLINE_SECONDS``); in a queue a deadline within
-    Kueue's timeout would cut Kueue's requeue short, so it is refused (``gke_ray_tpu.core.kueue.deadline_problems``)."""
+    Kueue's timeout would cut Kueue's requeue short, so it is refused (``gke_ray_tpu.core.kueue_waiting.deadline_problems``)."""
     key = "--pre-running-deadline-seconds"
     wait = outputs.queue_wait
     if request.pre_running_deadline_seconds is None:
