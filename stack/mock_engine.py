@@ -331,7 +331,9 @@ def _drop_echoes_of(failure: Exception) -> None:
     """A failed program leaves a future per resource that waited on the failing output; when they are collected,
     asyncio would print each one's traceback of the error the caller already has (one line, for a person)."""
     cause: Optional[BaseException] = failure
-    while cause is not None:  # the root error's text is in every echo; the outer ones name their own resource
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:  # the root error's text is in every echo; the outer ones
+        seen.add(id(cause))  # name their own resource; a chain that loops back (Pulumi's RPC errors) ends here
         if str(cause):  # an empty text is in every message: it would silence all of them
             _RAISED.add(str(cause))
         cause = cause.__cause__ or cause.__context__
