@@ -44,8 +44,10 @@ def tpu_flavor(names: QueueNames, shape: SliceShape, capacity_label: Optional[st
 
 
 def host_flavor(names: QueueNames) -> dict:
-    """The flavor cpu and memory are counted under: no node labels, so admitting the CPU head to it places it
-    nowhere in particular. With one flavor for all resources, Kueue would give the head the TPU node labels."""
+    """The flavor the pods' cpu and memory are counted under, the head's and the TPU workers' alike: no node
+    labels (every node carries them: the CPU pool's, where the head runs, and the TPU pools'), so admitting a pod
+    set to it adds nothing to where it runs. The chips are in another resource group, so the head, which asks
+    for none, never takes the TPU flavor and its node labels (``assignFlavors`` looks a flavor up by resource)."""
     return _object("ResourceFlavor", names.host_flavor, {})
 
 
@@ -60,19 +62,21 @@ class Sharing:
     """Chips of its own the others may borrow; None: all of them while unused."""
 
 
+HOST_RESOURCES = ("cpu", "memory")
+
+
 def cluster_queue(names: QueueNames, namespace: str, quota: Mapping[str, Decimal], *,
                   sharing: Optional[Sharing] = None, queueing_strategy: str = STRICT_FIFO,
                   admission_check: bool = False) -> dict:
-    """The stack's ClusterQueue: ``quota`` (``queue_quota``), its TPU resources under the slice shape's flavor
-    and, when the quota counts them, cpu and memory under the host flavor; runs from the stack's namespace only
-    (a null ``namespaceSelector`` admits none)."""
+    """The stack's ClusterQueue: ``quota`` (``core.kueue_quota.queue_quota``), its TPU resources (the chips,
+    and the DCN NICs where counted) under the slice shape's flavor, cpu and memory under the host flavor, so that
+    every pod set of a run takes a flavor; runs from the stack's namespace only (a null ``namespaceSelector``
+    admits none)."""
     tpu_resources = [r for r in (TPU, DCN_NIC) if quota.get(r)]
     tpu = [_quota_entry(r, quota[r], sharing if r == TPU else None) for r in tpu_resources]
-    groups = [{"coveredResources": tpu_resources, "flavors": [{"name": names.tpu_flavor, "resources": tpu}]}]
-    if "cpu" in quota:
-        host = [_quota_entry(r, quota[r], None) for r in ("cpu", "memory")]
-        groups.append({"coveredResources": ["cpu", "memory"],
-                       "flavors": [{"name": names.host_flavor, "resources": host}]})
+    host = [_quota_entry(r, quota[r], None) for r in HOST_RESOURCES]
+    groups = [{"coveredResources": tpu_resources, "flavors": [{"name": names.tpu_flavor, "resources": tpu}]},
+              {"coveredResources": list(HOST_RESOURCES), "flavors": [{"name": names.host_flavor, "resources": host}]}]
     spec: dict = {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
         "queueingStrategy": queueing_strategy,

@@ -10,6 +10,7 @@ can cost while it waits.
 """
 
 
+from dataclasses import dataclass
 from typing import Any, NotRequired, Optional, TypedDict
 
 import pulumi
@@ -20,12 +21,12 @@ from gke_ray_tpu.components._options import child_options
 from gke_ray_tpu.components._refs import resolve_ref
 from gke_ray_tpu.components.ray_manifests import RayClusterSpec, ray_cluster_spec, resource_claim_template
 from gke_ray_tpu.components.ray_tpu_cluster import RayTpuCluster, RayTpuClusterArgs, RayTpuClusterRef, spec_from_args
-from gke_ray_tpu.core import kueue, kueue_quota
+from gke_ray_tpu.core import kueue, kueue_admission, kueue_quota
 from gke_ray_tpu.core.bounds import Bounds
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.kueue_waiting import WaitSettings
 from gke_ray_tpu.core.naming import DNS_LABEL
-from gke_ray_tpu.core.ray_job import SUBMISSION_MODE
+from gke_ray_tpu.core.ray_job import SUBMISSION_MODE, with_slices
 
 CLUSTER_QUEUE_CRD = "clusterqueues.kueue.x-k8s.io"
 DEFAULT_INSTALL_KUEUE = True
@@ -158,15 +159,76 @@ def sharing(args: TpuQueueArgs, prefix: str = "TpuQueueArgs.") -> Optional[queue
     return queue_manifests.Sharing(DNS_LABEL.check(args["cohort"], f"{prefix}cohort"), **limits)
 
 
-def quota(spec: RayClusterSpec, count_host: bool) -> dict:
-    """The chips of every slice of the RayTpuCluster, as Kueue counts its runs; ``count_host`` (a cluster's own
-    Kueue, which counts every resource and DRA claim): their cpu, memory and DCN NICs too."""
+def quota(spec: RayClusterSpec, counts_claims: bool) -> dict:
+    """What the queue holds: for every slice of the RayTpuCluster its workers' chips, cpu and memory, and a head
+    per slice (a run holds at least one), the head an elastic run's (with Ray's autoscaler) where runs may be
+    elastic, so that only the chips hold a run back; ``counts_claims`` (a cluster's own Kueue, which counts DRA
+    claims): the workers' DCN NICs too."""
     templates = {}
-    if spec.dcn_interfaces and count_host:
+    if spec.dcn_interfaces and counts_claims:
         template = resource_claim_template(spec)
         templates[template["metadata"]["name"]] = template
-    return kueue_quota.queue_quota(ray_cluster_spec(spec), spec.num_slices, SUBMISSION_MODE, count_host=count_host,
-                             claim_templates=templates)
+    elastic = spec.elastic_min_slices < spec.num_slices
+    largest = with_slices(ray_cluster_spec(spec), spec.num_slices, spec.elastic_min_slices if elastic else None)
+    return kueue_quota.queue_quota(largest, spec.num_slices, SUBMISSION_MODE, claim_templates=templates)
+
+
+@dataclass(frozen=True)
+class QueueObjects:
+    """The Kueue objects of a stack's queue, and how that Kueue counts a run (what ``core.kueue_admission``
+    needs to say whether it admits one)."""
+
+    flavors: list
+    """The ResourceFlavors: the slice shape's, then the host's."""
+    cluster_queue: dict
+    local_queue: dict
+    checks: list
+    """With queued provisioning: the ProvisioningRequestConfig and the AdmissionCheck."""
+    strategy: str
+    """That Kueue's ``quotaCheckStrategy``."""
+    claim_templates: Optional[dict]
+    """The ResourceClaimTemplates by name where that Kueue counts DRA claims; None: it does not."""
+
+
+def queue_objects(args: TpuQueueArgs, spec: RayClusterSpec, names: kueue.QueueNames) -> QueueObjects:
+    """What TpuQueue declares for ``spec``'s runs (``check_args`` has passed), as pure manifests."""
+    installed = args.get("install_kueue", DEFAULT_INSTALL_KUEUE)
+    queued = bool(args.get("queued_provisioning", DEFAULT_QUEUED_PROVISIONING))
+    checks = []
+    if queued:
+        checks = [queue_manifests.provisioning_request_config(names, args.get("max_run_duration_s")),
+                  queue_manifests.admission_check(names)]
+    claims = None
+    if not installed:
+        template = resource_claim_template(spec)
+        claims = {template["metadata"]["name"]: template} if spec.dcn_interfaces else {}
+    return QueueObjects(
+        flavors=[queue_manifests.tpu_flavor(names, spec.shape, spec.capacity.node_label, queued),
+                 queue_manifests.host_flavor(names)],
+        cluster_queue=queue_manifests.cluster_queue(
+            names, spec.namespace, quota(spec, counts_claims=not installed), sharing=sharing(args),
+            queueing_strategy=args.get("queueing_strategy", kueue.STRICT_FIFO), admission_check=queued),
+        local_queue=queue_manifests.local_queue(names, spec.namespace),
+        checks=checks,
+        strategy=kueue.quota_check_strategy(installed),
+        claim_templates=claims,
+    )
+
+
+def queue_problem(objects: QueueObjects, run_cluster: dict) -> Optional[str]:
+    """Why the queue could never admit a run that brings ``run_cluster`` (at its full size, an elastic run
+    grown), in Kueue's words where Kueue has them; None: it could (``core.kueue_admission.admission_problem``)."""
+    job = {"spec": {"submissionMode": SUBMISSION_MODE, "rayClusterSpec": run_cluster}}
+    pod_sets = kueue_quota.ray_job_pod_sets(job, objects.claim_templates, grown=True)
+    flavors = {f["metadata"]["name"]: f for f in objects.flavors}
+    return kueue_admission.admission_problem(pod_sets, objects.cluster_queue, flavors, objects.strategy)
+
+
+def submitted_runs(spec: RayClusterSpec) -> list[tuple[int, Optional[int]]]:
+    """Every size of run the submit command can make on the stack, as (slices, start slices): ``--slices`` 1 to
+    numSlices, and elastic from elasticMinSlices (None: not elastic; ``training.driver.submission``)."""
+    runs: list[tuple[int, Optional[int]]] = [(slices, None) for slices in range(1, spec.num_slices + 1)]
+    return runs + [(slices, spec.elastic_min_slices) for slices in range(spec.elastic_min_slices + 1, spec.num_slices + 1)]
 
 
 def queue_ref(local_queue: pulumi.Input[str], wait: Optional[WaitSettings]) -> TpuQueueRef:
@@ -225,30 +287,25 @@ class TpuQueue(pulumi.ComponentResource):
                                               child_options(self, opts)))
         child = child_options(self, opts, depends_on=prerequisites)
 
-        chips = quota(spec, count_host=wait is None)
-        flavors = [("tpu-flavor", "ResourceFlavor", names.apply(lambda n: queue_manifests.tpu_flavor(n, spec.shape, spec.capacity.node_label,
-                                                                          queued)))]
-        if "cpu" in chips:
-            flavors.append(("host-flavor", "ResourceFlavor", names.apply(queue_manifests.host_flavor)))
+        objects = names.apply(lambda n: queue_objects(args, spec, n))
+        parts = [("tpu-flavor", "ResourceFlavor", objects.apply(lambda o: o.flavors[0])),
+                 ("host-flavor", "ResourceFlavor", objects.apply(lambda o: o.flavors[1]))]
         if queued:
-            duration = args.get("max_run_duration_s")
-            flavors += [("provisioning-config", "ProvisioningRequestConfig",
-                         names.apply(lambda n: queue_manifests.provisioning_request_config(n, duration))),
-                        ("admission-check", "AdmissionCheck", names.apply(queue_manifests.admission_check))]
+            parts += [("provisioning-config", "ProvisioningRequestConfig", objects.apply(lambda o: o.checks[0])),
+                      ("admission-check", "AdmissionCheck", objects.apply(lambda o: o.checks[1]))]
         self.flavors_and_checks = [_kueue_object(f"{name}-{part}", kind, manifest, child)
-                                   for part, kind, manifest in flavors]
-        self.cluster_queue_resource = _kueue_object(f"{name}-cluster-queue", "ClusterQueue", names.apply(lambda n: queue_manifests.cluster_queue(
-            n, spec.namespace, chips, sharing=sharing(args),
-            queueing_strategy=args.get("queueing_strategy", kueue.STRICT_FIFO), admission_check=queued)),
+                                   for part, kind, manifest in parts]
+        self.cluster_queue_resource = _kueue_object(
+            f"{name}-cluster-queue", "ClusterQueue", objects.apply(lambda o: o.cluster_queue),
             child_options(self, opts, depends_on=prerequisites + self.flavors_and_checks))
         self.local_queue_resource = _kueue_object(
-            f"{name}-local-queue", "LocalQueue", names.apply(lambda n: queue_manifests.local_queue(n, spec.namespace)),
+            f"{name}-local-queue", "LocalQueue", objects.apply(lambda o: o.local_queue),
             child_options(self, opts, depends_on=prerequisites + [self.cluster_queue_resource]))
 
         # Tied to the resources, so a run that takes the name waits for its queue to exist.
         self.local_queue = pulumi.Output.all(self.local_queue_resource.urn, names).apply(lambda r: r[1].local_queue)
         self.cluster_queue = pulumi.Output.all(self.cluster_queue_resource.urn, names).apply(lambda r: r[1].cluster_queue)
-        self.tpu_quota = pulumi.Output.from_input(int(chips[kueue.TPU]))
+        self.tpu_quota = pulumi.Output.from_input(int(quota(spec, counts_claims=wait is None)[kueue.TPU]))
         self.kueue_version = pulumi.Output.from_input(kueue.KUEUE_VERSION if wait else None)
         self.pods_ready_timeout_s = pulumi.Output.from_input(wait.timeout_s if wait else None)
         self.requeue_limit = pulumi.Output.from_input(wait.requeue_limit if wait else None)

@@ -40,7 +40,9 @@ DCN_NIC = "dcn-nic"
 """The resource a cluster's own Kueue is expected to count the DRANET NICs a TPU worker claims as (its
 ``resources.deviceClassMappings``); the Kueue the stack installs does not count them (``components.kueue_config.FEATURE_GATES``)."""
 NETDEV_DEVICE_CLASS = "netdev.google.com"
-IGNORE_UNDECLARED = "IgnoreUndeclared"
+IGNORE_UNDECLARED, BLOCK_UNDECLARED = "IgnoreUndeclared", "BlockUndeclared"
+"""Kueue's ``resources.quotaCheckStrategy``: skip what a ClusterQueue does not cover, or refuse it (the default,
+``apis/config/v1beta2/defaults.go``). The Kueue the stack installs runs with the first (:func:`quota_check_strategy`)."""
 EVICTED_BY_PODS_READY_TIMEOUT = "PodsReadyTimeout"
 STRICT_FIFO, BEST_EFFORT_FIFO = "StrictFIFO", "BestEffortFIFO"
 QUEUEING_STRATEGIES = (STRICT_FIFO, BEST_EFFORT_FIFO)
@@ -73,6 +75,12 @@ def queue_names(ray_cluster_name: str, namespace: str, key: str) -> QueueNames:
     for field_name, name in vars(names).items():
         DNS_LABEL.check_derived(name, ray_cluster_name, key, f"Kueue {field_name.replace('_', ' ')} name")
     return names
+
+
+def quota_check_strategy(installed: bool) -> str:
+    """How a stack's Kueue checks a run's resources: the one the stack installs skips what its queue does not
+    cover (``components.kueue_config``); a cluster's own keeps Kueue's default, which refuses it."""
+    return IGNORE_UNDECLARED if installed else BLOCK_UNDECLARED
 
 
 def queue_label(local_queue: str) -> dict:

@@ -1,57 +1,90 @@
-"""What a run asks of a Kueue queue and what a queue can ever give it (Kueue v0.19.2).
+"""What a run asks of a Kueue queue (Kueue v0.19.2): a RayJob's pod sets, what each pod counts for, and the
+quota of a stack's queue.
 
 * A RayJob's pod sets (``pkg/controller/jobs/raycluster/common.go`` ``BuildPodSets``,
-  ``pkg/controller/jobs/rayjob/rayjob_controller.go`` ``PodSets``): the head (1 pod, plus Ray's autoscaler
-  sidecar when in-tree autoscaling is on, plus the submitter container in SidecarMode), one per worker group
-  of ``replicas x numOfHosts`` pods, and a submitter pod set in K8sJobMode.
-* The Kueue the stack installs counts the chips only (``resources.quotaCheckStrategy: IgnoreUndeclared``, a
-  Beta feature on by default in 0.19): its ClusterQueue covers ``google.com/tpu``, not cpu and memory. Chips
-  are what the queue is for; the CPU head runs on the stack's CPU pool; and with cpu covered, Kueue would as
-  often name cpu as the chips when it says why a run waits (it walks a pod set's resources in map order,
-  ``pkg/resources/requests.go``). It runs with its DRA accounting off (``components.kueue_config.FEATURE_GATES``):
-  the DCN NICs a TPU worker claims are its host's own, so the chips already bound them, and with the accounting
-  on Kueue leaves a run inadmissible unless every claimed device class is mapped to a resource, and always for
-  Autopilot's claim of every NIC (``allocationMode: All``, ``pkg/dra/claims.go``). A Kueue installed by someone
-  else checks every resource a pod requests unless told otherwise (``BlockUndeclared``) and counts DRA claims
-  (``KueueDRAIntegration``, on by default since 0.18), so a queue there covers cpu, memory and the NICs
-  (as :data:`~gke_ray_tpu.core.kueue.DCN_NIC`: that Kueue must map ``netdev.google.com`` to it) as well.
+  ``pkg/controller/jobs/rayjob/rayjob_controller.go`` ``PodSets``): the head, one per worker group, and a
+  submitter in K8sJobMode (:func:`kueue_pod_sets`).
+* Every pod set that asks for something must take a flavor for at least one of its resources, or Kueue admits
+  none of the run (``flavorassigner.assignFlavors``, held in ``core.kueue_admission``). So a stack's queue covers
+  what every pod set asks: the workers' chips, and cpu and memory of heads and workers alike
+  (:data:`QUEUED_RESOURCES`). The Kueue the stack installs skips what its queue does not cover
+  (``quotaCheckStrategy: IgnoreUndeclared``) and leaves DRA claims uncounted; a Kueue installed by someone else
+  checks every resource (``BlockUndeclared``, its default) and counts DRA claims (``KueueDRAIntegration``, on by
+  default since 0.18), so a queue there covers the workers' DCN NICs too (as
+  :data:`~gke_ray_tpu.core.kueue.DCN_NIC`: that Kueue must map ``netdev.google.com`` to it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Optional
 
-from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.kueue import DCN_NIC, HEAD_POD_SET, NETDEV_DEVICE_CLASS, TPU
-from gke_ray_tpu.core.quantities import format_quantity, quantity
+from gke_ray_tpu.core.quantities import quantity
 
 AUTOSCALER_REQUESTS = {"cpu": "500m", "memory": "512Mi"}
-"""What Kueue counts for Ray's autoscaler sidecar when the spec sets none (``defaultAutoscalerResources``)."""
-SUBMITTER_REQUESTS = {"cpu": "500m", "memory": "200Mi"}
-"""What Kueue counts for KubeRay's default submitter (``defaultSubmitterResources``)."""
+"""KubeRay's resources for Ray's autoscaler sidecar when the spec sets none, requests and limits alike; Kueue
+counts the same (``raycluster/common.go`` ``defaultAutoscalerResources``)."""
+SUBMITTER_RESOURCES = {"requests": {"cpu": "500m", "memory": "200Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+"""KubeRay's default submitter container's resources, which Kueue counts (``rayjob_controller.go``
+``defaultSubmitterResources``)."""
+REDIS_CLEANUP_REQUESTS = {"cpu": "200m", "memory": "256Mi"}
+"""What Kueue adds to the head's Ray container, at least, under GCS fault tolerance (``redisCleanupResourceRequests``)."""
+FT_ENABLED_ANNOTATION = "ray.io/ft-enabled"
+SUBMITTER_POD_SET = "submitter"
 
 
 @dataclass(frozen=True)
 class PodSet:
-    """One of the pod sets Kueue makes of a RayJob: ``count`` pods of ``requests`` each."""
+    """One of a Workload's pod sets: ``count`` pods of ``template``, each asking ``requests`` as Kueue counts
+    them (:func:`pod_requests`, plus the devices it claims where Kueue counts claims)."""
 
     name: str
     count: int
     requests: Mapping[str, Decimal]
+    template: Mapping = field(default_factory=dict, compare=False)
+    """The pod template (``metadata``, ``spec``) Kueue keeps in the Workload: its node selector, affinity and
+    tolerations decide which flavors the pod set may take (``checkFlavorForPodSets``)."""
+
+    @property
+    def pod(self) -> Mapping:
+        return self.template.get("spec") or {}
+
+    def with_count(self, count: int) -> "PodSet":
+        return PodSet(self.name, count, self.requests, self.template)
 
 
-def pod_requests(pod: Mapping, extra_containers: Sequence[Mapping] = ()) -> dict[str, Decimal]:
-    """What one pod of a template requests: its containers' requests summed (a limit stands in for a missing
-    request, as the API server defaults it), at least any one init container's."""
+def pod_requests(pod: Mapping) -> dict[str, Decimal]:
+    """What one pod asks of a queue, as Kueue counts it (``workload.totalRequestsFromPodSets``):
+    ``UseLimitsAsMissingRequestsInPod`` (a limit stands in for a missing request), then Kubernetes'
+    ``resourcehelpers.PodRequests``: the containers summed; each init container added to the restartable
+    (sidecar) init containers before it, a sidecar also added to the sum; the larger of the sum and the largest
+    of those per resource; plus the pod's ``overhead``."""
     total: dict[str, Decimal] = {}
-    for container in [*(pod.get("containers") or []), *extra_containers]:
-        for resource, amount in _container_requests(container).items():
-            total[resource] = total.get(resource, Decimal(0)) + amount
+    for container in pod.get("containers") or []:
+        _add(total, _container_requests(container))
+    sidecars: dict[str, Decimal] = {}
+    init_peak: dict[str, Decimal] = {}
     for init in pod.get("initContainers") or []:
-        for resource, amount in _container_requests(init).items():
-            total[resource] = max(total.get(resource, Decimal(0)), amount)
+        asked = _container_requests(init)
+        if init.get("restartPolicy") == "Always":
+            _add(total, asked)
+            _add(sidecars, asked)
+            asked = dict(sidecars)
+        else:
+            asked = _add(dict(asked), sidecars)
+        for resource, amount in asked.items():
+            init_peak[resource] = max(init_peak.get(resource, amount), amount)
+    for resource, amount in init_peak.items():
+        total[resource] = max(total.get(resource, amount), amount)
+    _add(total, {resource: quantity(amount) for resource, amount in (pod.get("overhead") or {}).items()})
+    return total
+
+
+def _add(total: dict[str, Decimal], more: Mapping[str, Decimal]) -> dict[str, Decimal]:
+    for resource, amount in more.items():
+        total[resource] = total.get(resource, Decimal(0)) + amount
     return total
 
 
@@ -61,73 +94,117 @@ def _container_requests(container: Mapping) -> dict[str, Decimal]:
     return {resource: quantity(amount) for resource, amount in merged.items()}
 
 
-def _claimed_nics(pod: Mapping, claim_templates: Mapping[str, Mapping]) -> dict[str, Decimal]:
-    """The DCN NICs a pod claims through its ResourceClaimTemplates (Kueue counts a mapped device class)."""
-    nics = Decimal(0)
+def claimed_devices(pod: Mapping, claim_templates: Mapping[str, Mapping],
+                    device_classes: Mapping[str, str]) -> dict[str, Decimal]:
+    """The devices a pod claims through its ResourceClaimTemplates, as the resources ``device_classes`` maps
+    their classes to (a Kueue that counts claims: ``dra.GetResourceRequestsForResourceClaimTemplates``, an
+    ``ExactCount`` request counting its ``count``); a class the map lacks is left out here, and
+    :func:`claim_problems` says why Kueue would refuse it."""
+    counted: dict[str, Decimal] = {}
     for claim in pod.get("resourceClaims") or []:
         template = claim_templates.get(claim.get("resourceClaimTemplateName") or "") or {}
         for request in (((template.get("spec") or {}).get("spec") or {}).get("devices") or {}).get("requests") or []:
             exactly = request.get("exactly") or {}
-            if exactly.get("deviceClassName") == NETDEV_DEVICE_CLASS:
-                nics += Decimal(exactly.get("count", 1))
-    return {DCN_NIC: nics} if nics else {}
+            resource = device_classes.get(exactly.get("deviceClassName") or "")
+            if resource and exactly.get("allocationMode", "ExactCount") == "ExactCount":
+                _add(counted, {resource: Decimal(exactly.get("count", 1))})
+    return counted
+
+
+def kueue_pod_sets(ray_job: Mapping, *, grown: bool = False) -> list[dict]:
+    """The pod sets of a RayJob's Workload, as Kueue builds them (``raycluster.BuildPodSets``,
+    ``RayJob.PodSets``): the head (1 pod; under GCS fault tolerance its Ray container asks at least the Redis
+    cleanup's requests; with in-tree autoscaling Ray's autoscaler sidecar is added, with
+    ``autoscalerOptions.resources`` or KubeRay's defaults; in SidecarMode the submitter container), each worker
+    group of ``replicas`` (default 1) x ``numOfHosts`` pods, and in K8sJobMode (the RayJob CRD's default) a submitter pod set
+    (``submitterPodTemplate``, or KubeRay's default submitter). ``grown``: an elastic run once Ray's autoscaler
+    has raised each group to its ``maxReplicas`` (what Kueue counts for its last Workload slice,
+    ``raycluster.UpdatePodSets``). Each: ``{"name", "count", "template"}``, the template the RayJob's own where
+    Kueue adds nothing to it (a caller that changes one copies it first)."""
+    spec = ray_job.get("spec") or {}
+    cluster = spec.get("rayClusterSpec") or {}
+    mode = spec.get("submissionMode", "K8sJobMode")  # missing: the CRD's default; "": Go's zero value, no submitter
+    head = (cluster.get("headGroupSpec") or {}).get("template") or {}
+    containers = list((head.get("spec") or {}).get("containers") or [])
+    annotations = (ray_job.get("metadata") or {}).get("annotations") or {}
+    if cluster.get("gcsFaultToleranceOptions") is not None or annotations.get(FT_ENABLED_ANNOTATION) == "true":
+        if not containers:
+            raise ValueError("cannot account for Redis cleanup resources: head pod template must include the Ray "
+                             "container")
+        resources = containers[0].get("resources") or {}
+        requests = dict(resources.get("requests") or {})
+        for resource, amount in REDIS_CLEANUP_REQUESTS.items():
+            if resource not in requests or quantity(requests[resource]) < quantity(amount):
+                requests[resource] = amount
+        containers[0] = {**containers[0], "resources": {**resources, "requests": requests}}
+    if cluster.get("enableInTreeAutoscaling"):
+        options = cluster.get("autoscalerOptions") or {}
+        resources = options.get("resources") if options.get("resources") is not None else {
+            "requests": dict(AUTOSCALER_REQUESTS), "limits": dict(AUTOSCALER_REQUESTS)}
+        containers.append({"name": "autoscaler", "resources": resources})
+    if mode == "SidecarMode":
+        containers.append({"name": "ray-job-submitter", "resources": SUBMITTER_RESOURCES})
+    if containers != list((head.get("spec") or {}).get("containers") or []):
+        head = {**head, "spec": {**(head.get("spec") or {}), "containers": containers}}
+    sets = [{"name": HEAD_POD_SET, "count": 1, "template": head}]
+    for group in cluster.get("workerGroupSpecs") or []:
+        replicas = group.get("maxReplicas", group.get("replicas")) if grown else group.get("replicas")
+        hosts = int(group.get("numOfHosts", 1))
+        count = (1 if replicas is None else int(replicas)) * (hosts if hosts > 1 else 1)
+        sets.append({"name": group["groupName"], "count": count, "template": group.get("template") or {}})
+    if mode == "K8sJobMode":
+        submitter = spec.get("submitterPodTemplate")
+        if submitter is None:
+            image = (containers[0] if containers else {}).get("image")
+            submitter = {"spec": {"containers": [{"name": "ray-job-submitter", **({"image": image} if image else {}),
+                                                  "resources": SUBMITTER_RESOURCES}],
+                                  "restartPolicy": "Never"}}
+        sets.append({"name": SUBMITTER_POD_SET, "count": 1, "template": submitter})
+    return sets
+
+
+def pod_set(kueue_pod_set: Mapping, claim_templates: Optional[Mapping[str, Mapping]] = None) -> PodSet:
+    """A Workload's pod set with what each of its pods asks; ``claim_templates`` (by name): a Kueue that counts
+    DRA claims, which this stack expects to map the DRANET NICs' class to :data:`~gke_ray_tpu.core.kueue.DCN_NIC`."""
+    template = kueue_pod_set.get("template") or {}
+    pod = template.get("spec") or {}
+    requests = pod_requests(pod)
+    if claim_templates:
+        _add(requests, claimed_devices(pod, claim_templates, {NETDEV_DEVICE_CLASS: DCN_NIC}))
+    return PodSet(kueue_pod_set["name"], int(kueue_pod_set["count"]), requests, template)
 
 
 def ray_job_pod_sets(ray_job: Mapping, claim_templates: Optional[Mapping[str, Mapping]] = None, *,
                      grown: bool = False) -> list[PodSet]:
-    """The pod sets Kueue builds for a RayJob that brings its cluster, with each pod's requests.
-
-    As ``BuildPodSets`` and ``RayJob.PodSets``: the head (1), plus the autoscaler sidecar with in-tree
-    autoscaling and the submitter container in SidecarMode; each worker group as ``replicas`` (default 1) x
-    ``numOfHosts``; a submitter pod set in K8sJobMode. ``claim_templates`` (by name) adds the DCN NICs the
-    pods claim. ``grown``: an elastic run once its cluster has grown to each group's ``maxReplicas`` (what Kueue
-    counts for its last Workload slice). Not modelled: GCS fault tolerance's Redis cleanup (the stack never
-    turns it on)."""
-    spec = ray_job.get("spec") or {}
-    cluster = spec.get("rayClusterSpec") or {}
-    mode = spec.get("submissionMode") or "K8sJobMode"
-    templates = claim_templates or {}
-    head_pod = ((cluster.get("headGroupSpec") or {}).get("template") or {}).get("spec") or {}
-    sidecars = []
-    if cluster.get("enableInTreeAutoscaling"):
-        sidecars.append({"resources": (cluster.get("autoscalerOptions") or {}).get("resources")
-                         or {"requests": AUTOSCALER_REQUESTS}})
-    if mode == "SidecarMode":
-        sidecars.append({"resources": {"requests": SUBMITTER_REQUESTS}})
-    sets = [PodSet(HEAD_POD_SET, 1, {**pod_requests(head_pod, sidecars), **_claimed_nics(head_pod, templates)})]
-    for group in cluster.get("workerGroupSpecs") or []:
-        pod = (group.get("template") or {}).get("spec") or {}
-        replicas = group.get("maxReplicas", group.get("replicas", 1)) if grown else group.get("replicas", 1)
-        count = int(replicas) * max(int(group.get("numOfHosts", 1)), 1)
-        sets.append(PodSet(group["groupName"], count, {**pod_requests(pod), **_claimed_nics(pod, templates)}))
-    if mode == "K8sJobMode":
-        submitter = ((spec.get("submitterPodTemplate") or {}).get("spec")
-                     or {"containers": [{"resources": {"requests": SUBMITTER_REQUESTS}}]})
-        sets.append(PodSet("submitter", 1, pod_requests(submitter)))
-    return sets
+    """The pod sets Kueue builds for a RayJob that brings its cluster (:func:`kueue_pod_sets`), each with what
+    its pods ask (:func:`pod_set`)."""
+    return [pod_set(s, claim_templates) for s in kueue_pod_sets(ray_job, grown=grown)]
 
 
 def usage(pod_sets: Iterable[PodSet]) -> dict[str, Decimal]:
     """What the pod sets take of a queue's quota, per resource."""
     total: dict[str, Decimal] = {}
-    for pod_set in pod_sets:
-        for resource, amount in pod_set.requests.items():
-            total[resource] = total.get(resource, Decimal(0)) + amount * pod_set.count
+    for one in pod_sets:
+        _add(total, {resource: amount * one.count for resource, amount in one.requests.items()})
     return total
 
 
-def queue_quota(ray_cluster_spec: Mapping, slices: int, submission_mode: str, *, count_host: bool = False,
+def queue_quota(ray_cluster_spec: Mapping, slices: int, submission_mode: str, *,
                 claim_templates: Optional[Mapping[str, Mapping]] = None) -> dict[str, Decimal]:
-    """The quota of a stack's queue: what its ``slices`` of TPU workers ask (the chips, and the DCN NICs they
-    claim). ``count_host`` (a Kueue that checks every resource) adds cpu and memory: every slice's workers, and a
-    head for as many runs as there are slices (a run holds at least one), so only the chips hold a run back."""
-    groups = [{**group, "replicas": slices} for group in ray_cluster_spec.get("workerGroupSpecs") or []]
-    job = {"spec": {"submissionMode": submission_mode, "rayClusterSpec": {**ray_cluster_spec, "workerGroupSpecs": groups}}}
-    sets = ray_job_pod_sets(job, claim_templates)
-    total = usage(PodSet(s.name, s.count * slices, s.requests) if s.name in (HEAD_POD_SET, "submitter") else s
-                  for s in sets)
-    kept = (TPU, DCN_NIC, "cpu", "memory") if count_host else (TPU, DCN_NIC)
-    return {resource: amount for resource, amount in total.items() if resource in kept and amount}
+    """The quota of a stack's queue for ``slices`` slices, ``ray_cluster_spec`` being the largest cluster a run
+    brings (an elastic one grown to ``slices``, where runs may be elastic): the chips, cpu and memory of every
+    slice's workers, and a head for as many runs as there are slices (a run holds at least one), so only the
+    chips hold a run back; ``claim_templates``: a Kueue that counts DRA claims, the DCN NICs too."""
+    job = {"spec": {"submissionMode": submission_mode, "rayClusterSpec": ray_cluster_spec}}
+    sets = ray_job_pod_sets(job, claim_templates, grown=True)
+    runs = [s.with_count(s.count * slices) for s in sets if s.name in (HEAD_POD_SET, SUBMITTER_POD_SET)]
+    total = usage([*runs, *(s for s in sets if s.name not in (HEAD_POD_SET, SUBMITTER_POD_SET))])
+    return {resource: amount for resource, amount in total.items() if resource in QUEUED_RESOURCES and amount}
+
+
+QUEUED_RESOURCES = (TPU, DCN_NIC, "cpu", "memory")
+"""What a stack's queue counts: the chips, the DCN NICs where that Kueue counts claims, and the pods' cpu and
+memory, so that every pod set a run makes takes a flavor (``assignFlavors``)."""
 
 
 # --- What Kueue cannot count --------------------------------------------------------------------------------
@@ -138,50 +215,3 @@ def claim_problems(claim_template: Mapping) -> list[str]:
     requests = (((claim_template.get("spec") or {}).get("spec") or {}).get("devices") or {}).get("requests") or []
     return [f"device request {r.get('name')!r} asks for all devices (allocationMode All), which Kueue cannot count"
             for r in requests if (r.get("exactly") or {}).get("allocationMode") == "All"]
-
-
-# --- Can a run ever be admitted? -------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class QueueCapacity:
-    """The most of each resource a ClusterQueue can ever give one run: its nominal quota plus what it may borrow
-    (None: unbounded, a cohort without a borrowing limit)."""
-
-    cluster_queue: str
-    most: Mapping[str, Optional[Decimal]]
-
-
-def queue_capacity(cluster_queue_manifest: Mapping) -> QueueCapacity:
-    """Read from a ClusterQueue (as declared, or as the API server returns it)."""
-    spec = cluster_queue_manifest.get("spec") or {}
-    in_cohort = bool(spec.get("cohortName"))
-    most: dict[str, Optional[Decimal]] = {}
-    for group in spec.get("resourceGroups") or []:
-        for flavor in group.get("flavors") or []:
-            for entry in flavor.get("resources") or []:
-                name, known = entry["name"], most.get(entry["name"], Decimal(0))
-                borrow = entry.get("borrowingLimit")
-                if known is None or (in_cohort and borrow is None):
-                    most[name] = None
-                else:
-                    most[name] = known + quantity(entry["nominalQuota"]) + (quantity(borrow) if in_cohort else 0)
-    return QueueCapacity(cluster_queue_manifest["metadata"]["name"], most)
-
-
-def check_admissible(asked: Mapping[str, Decimal], capacity: QueueCapacity, key: str, value: object, *,
-                     ignore_undeclared: bool = True) -> None:
-    """Refuse, naming ``key`` (the setting that sizes the run), a run that asks more of a resource than the
-    queue could ever give it: Kueue would keep it pending for ever (``ExceedsMaxQuota``). With
-    ``ignore_undeclared`` false (a Kueue that checks every resource), a resource the queue does not cover is
-    refused too: Kueue could never admit it."""
-    for resource, amount in sorted(asked.items()):
-        if not amount or (ignore_undeclared and resource not in capacity.most):
-            continue
-        if resource not in capacity.most:
-            raise ConfigError(key, value, f"a run whose pods ask only for what ClusterQueue {capacity.cluster_queue} "
-                                          f"covers ({', '.join(sorted(capacity.most))}); they ask for {resource}")
-        most = capacity.most[resource]
-        if most is not None and amount > most:
-            raise ConfigError(key, value, f"a run ClusterQueue {capacity.cluster_queue} can ever admit: it asks for "
-                                          f"{format_quantity(amount)} {resource}, the queue has at most "
-                                          f"{format_quantity(most)} (its quota and what it may borrow)")

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Callable, Mapping, Optional
 
-from gke_ray_tpu.components import gke_cluster, queue_manifests, tpu_queue
+from gke_ray_tpu.components import gke_cluster, tpu_queue
 from gke_ray_tpu.components.ray_manifests import is_moving_tag, ray_cluster_spec
-from gke_ray_tpu.core import kueue, kueue_quota, kueue_waiting
+from gke_ray_tpu.core import kueue, kueue_waiting
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.job_spec import COMPILATION_CACHE_DIR, JobSpec, bucket_url, build_job
 from gke_ray_tpu.core.maxtext import Value
@@ -108,28 +108,32 @@ def check_declared_runs(plan: StackPlan, info: Callable[[str], None]) -> list[Pr
     return reports
 
 
-def check_queue_admits(plan: StackPlan, capacity: Optional[kueue_quota.QueueCapacity] = None) -> None:
-    """Each declared run against the stack's queue (``capacity``: its ClusterQueue's, by default the one the stack
-    declares): a run Kueue could never admit, at its full size, would wait for ever, so it fails preview under
-    its key. A declared run asks for the stack's slices, the queue's quota, so this holds unless the queue is
-    another's (``core.kueue_quota.check_admissible``)."""
+def check_queue_admits(plan: StackPlan, objects: Optional[tpu_queue.QueueObjects] = None) -> None:
+    """Each declared run, and each run the submit command can make, against the stack's queue (``objects``: its
+    Kueue objects, by default the ones the stack declares): a run Kueue could never admit, at its full size, would
+    wait for ever, so it fails preview under its key (``components.tpu_queue.queue_problem``)."""
     cfg, queue, spec = plan.cfg, plan.queue_args, plan.cluster_spec
     if queue is None:
         return
     with config_keys(cfg):  # the queue's own rules (a limit without a cohort) name the user's key
         tpu_queue.check_args(queue)
-        installed = tpu_queue.wait_settings(queue) is not None
-        if capacity is None:
+        if objects is None:
             names = kueue.queue_names(spec.name, spec.namespace, config_key("ray_cluster_name"))
-            declared = queue_manifests.cluster_queue(names, spec.namespace, tpu_queue.quota(spec, count_host=not installed),
-                                           sharing=tpu_queue.sharing(queue))
-            capacity = kueue_quota.queue_capacity(declared)
+            objects = tpu_queue.queue_objects(queue, spec, names)
+    cluster = ray_cluster_spec(spec)
+    name = objects.cluster_queue["metadata"]["name"]
     for index, (run, job) in enumerate(zip(cfg.runs, plan.jobs)):
-        cluster = with_slices(ray_cluster_spec(spec), job.slices)
-        asked = kueue_quota.usage(kueue_quota.ray_job_pod_sets({"spec": {"submissionMode": SUBMISSION_MODE,
-                                                             "rayClusterSpec": cluster}}))
-        kueue_quota.check_admissible(asked, capacity, f"{config_key('runs')}[{index}]", run.run_name,
-                               ignore_undeclared=installed)
+        problem = tpu_queue.queue_problem(objects, with_slices(cluster, job.slices, job.min_slices))
+        if problem:
+            raise ConfigError(f"{config_key('runs')}[{index}]", run.run_name,
+                              f"a run ClusterQueue {name} can admit: {problem}")
+    for slices, start in tpu_queue.submitted_runs(spec):
+        problem = tpu_queue.queue_problem(objects, with_slices(cluster, slices, start))
+        if problem:
+            key, value = ("elastic_min_slices", spec.elastic_min_slices) if start else ("num_slices", spec.num_slices)
+            raise ConfigError(config_key(key), value, f"a stack whose ClusterQueue {name} admits every run the submit "
+                              f"command can make; it never admits --slices {slices}"
+                              f"{f' --elastic (from {start})' if start else ''}: {problem}")
 
 
 def stack_costs(cfg: StackConfig) -> list[CapacityCost]:

@@ -27,9 +27,24 @@ What it does, and where Kueue does it:
 * ``slice_seconds``: for every TPU slice whose hosts are all up, the seconds it was up: what a run is billed for
   while it waits, as GKE bills a multi-host slice whole (the fake removes a pod's node with the pod).
 
-Only the resources the ClusterQueue covers are counted, as by the stack's Kueue (``IgnoreUndeclared``).
+* Admission (``pkg/scheduler/scheduler.go``): the queue is walked in order (creation time, or the eviction time
+  of a requeued run); each Workload's pod sets are given flavors pod set by pod set as Kueue's flavor assigner
+  gives them (:class:`FakeScheduler`, ``core.kueue_admission``: ``assignFlavors``, ``findFlavorForPodSets``,
+  ``fitsResourceQuota``, ``resolvePodSetFlavors``), against the quota the admitted Workloads use
+  (``totalRequestsFromAdmission``). A Workload that fits is admitted (``QuotaReserved``, ``Admitted``, its flavors'
+  node labels and tolerations merged into the RayJob's pod templates, ``RunWithPodSetsInfo``, and the RayJob
+  unsuspended); one that does not gets Kueue's pending message (reason ``Pending``: the
+  UnadmittedWorkloadsObservability gate is off in 0.19.2) and under StrictFIFO holds back every run behind it.
+  An assignment cut short by a pod set that takes no flavor (``atLeastOnePodsAssignmentFailed``) with no reason
+  to give (``IgnoreUndeclared``) reads Fit: Kueue writes it, the Workload CRD's CEL rule refuses the write
+  (``podSetAssignments must have the same number of podSets as the spec``, evaluated by tests/crd_rules.py;
+  :attr:`FakeKueue.refused`), and the Workload goes back to the head of the queue (``requeueAndUpdate`` after a failed ``admit``), holding back
+  every run behind it whatever the queueing strategy.
+
 Conditions, reasons and messages are Kueue's (``apis/kueue/v1beta2/workload_types.go``, ``pkg/scheduler``,
-``pkg/workload``). Not modelled: admission checks (queued provisioning), cohorts and preemption, priorities.
+``pkg/workload``). Not modelled: admission checks (queued provisioning), preemption (nothing is ever preempted,
+as under the stack's ClusterQueue, whose policies are Kueue's default Never), the other ClusterQueues of a cohort,
+priorities.
 """
 
 from __future__ import annotations
@@ -38,21 +53,42 @@ import copy
 import hashlib
 import uuid
 from datetime import datetime, timedelta, timezone
-from decimal import Decimal
 from typing import Optional
 
+import jsonschema
 from kubernetes import client as k8s
 
-from gke_ray_tpu.core import kueue, kueue_quota, kueue_waiting, quantities
+from gke_ray_tpu.core import kueue, kueue_admission, kueue_quota, kueue_waiting
 from gke_ray_tpu.core.kuberay import ray_job_problems
 from gke_ray_tpu.training.driver import queue_status
 from tests.fakes import REPLICA_INDEX_LABEL, FakeKubeRay
-from tests.schemas import validate_writes
+from tests.schemas import validate_kueue, validate_writes
 
 REPLACEMENT_FOR = "kueue.x-k8s.io/workload-slice-replacement-for"
 """The annotation on a new Workload slice naming the slice it replaces (``pkg/workloadslicing``)."""
 
 START = datetime(2026, 12, 4, 6, 0, 0, tzinfo=timezone.utc)
+
+
+class FakeScheduler:
+    """Kueue's scheduler's flavor assignment over one ClusterQueue and its ResourceFlavors
+    (``flavorassigner.New(...).Assign``), with the Kueue's ``quotaCheckStrategy``: nothing is preempted
+    (``oracle``, by default :func:`~gke_ray_tpu.core.kueue_admission.no_candidates`), and a cohort's other
+    ClusterQueues are ``neighbours`` (each a manifest and its usage). Kueue's own test cases drive it
+    (tests/test_kueue_upstream.py)."""
+
+    def __init__(self, cluster_queue: dict, flavors: list[dict], strategy: str, *,
+                 oracle: kueue_admission.Oracle = kueue_admission.no_candidates,
+                 neighbours: tuple = (), fair_sharing: bool = False):
+        self.cluster_queue, self.strategy, self.oracle = cluster_queue, strategy, oracle
+        self.flavors = {f["metadata"]["name"]: f for f in flavors}
+        self.neighbours, self.fair_sharing = neighbours, fair_sharing
+
+    def assign(self, pod_sets: list[kueue_quota.PodSet], used: dict[tuple[str, str], int],
+               groups: Optional[list[Optional[str]]] = None) -> kueue_admission.Assignment:
+        queue = kueue_admission.QueueSnapshot(self.cluster_queue, used, neighbours=self.neighbours,
+                                              fair_sharing=self.fair_sharing)
+        return kueue_admission.FlavorAssigner(queue, self.flavors, self.strategy, self.oracle).assign(pod_sets, groups)
 
 
 def rfc3339(moment: datetime) -> str:
@@ -71,14 +107,17 @@ def condition(kind: str, status: bool, reason: str, message: str, now: datetime)
 
 
 class FakeKueue:
-    """Kueue over ``kube`` for one ClusterQueue and its LocalQueue (manifests as ``components.queue_manifests`` builds them).
+    """Kueue over ``kube`` for one ClusterQueue, its LocalQueue and ResourceFlavors (manifests as
+    ``components.queue_manifests`` builds them); ``strategy``: its ``quotaCheckStrategy``.
 
     ``core`` and ``custom`` stand in for the Kubernetes APIs the submit command uses: RayJobs go through Kueue
     to KubeRay, Workloads are Kueue's, and the events are both's.
     """
 
-    def __init__(self, kube: FakeKubeRay, cluster_queue: dict, local_queue: dict, *,
-                 wait: kueue_waiting.WaitSettings = kueue_waiting.WaitSettings(), seconds_per_read: int = 60):
+    def __init__(self, kube: FakeKubeRay, cluster_queue: dict, local_queue: dict, flavors: list[dict], *,
+                 strategy: str = kueue.IGNORE_UNDECLARED, claim_templates: Optional[dict[str, dict]] = None,
+                 wait: kueue_waiting.WaitSettings = kueue_waiting.WaitSettings(), seconds_per_read: int = 60,
+                 namespace_labels: Optional[dict[str, dict]] = None, neighbours: tuple = ()):
         self.kube = kube
         kube.seconds_per_read = seconds_per_read
         self.cluster_queue = cluster_queue
@@ -96,11 +135,21 @@ class FakeKueue:
         """Every RayJob as its creator sent it, before Kueue's webhook defaulted it."""
         self.peak_slices: dict[str, int] = {}
         """The most whole slices each RayCluster had up at once."""
-        self.flavor_of = {resource: flavor["name"] for group in cluster_queue["spec"]["resourceGroups"]
-                          for flavor in group["flavors"] for resource in group["coveredResources"]}
-        self.quota = kueue_quota.queue_capacity(cluster_queue).most
+        self.scheduler = FakeScheduler(cluster_queue, flavors, strategy, neighbours=neighbours)
+        self.claim_templates = claim_templates
+        """The ResourceClaimTemplates by name, where this Kueue counts DRA claims (a cluster's own); None: it does not."""
+        self.namespace_labels = namespace_labels or {}
+        self.refused: list[str] = []
+        """Status writes the API server refused, each with the CRD rule's message."""
         self.core = _KueueCore(self)
         self.custom = _KueueCustom(self)
+
+    @classmethod
+    def of(cls, kube: FakeKubeRay, objects, **settings) -> "FakeKueue":
+        """The fake Kueue of a stack's queue (``components.tpu_queue.QueueObjects``): its ClusterQueue, LocalQueue,
+        ResourceFlavors, that Kueue's quotaCheckStrategy and the claims it counts."""
+        return cls(kube, objects.cluster_queue, objects.local_queue, objects.flavors, strategy=objects.strategy,
+                   claim_templates=objects.claim_templates, **settings)
 
     @property
     def now(self) -> datetime:
@@ -129,8 +178,8 @@ class FakeKueue:
         name, uid = job["metadata"]["name"], job["metadata"]["uid"]
         elastic = _elastic(job)
         extra = "" if not elastic else ("1" if replaces is None else f"1_{self._generation(job)}")
-        pod_sets = [{"name": s.name, "count": (counts or {}).get(s.name, s.count), "template": self._template(job, s.name)}
-                    for s in kueue_quota.ray_job_pod_sets(job)]
+        pod_sets = [{**s, "count": (counts or {}).get(s["name"], s["count"])}
+                    for s in copy.deepcopy(kueue_quota.kueue_pod_sets(job))]
         workload = {
             "apiVersion": kueue.API_VERSION, "kind": "Workload",
             "metadata": {
@@ -154,14 +203,6 @@ class FakeKueue:
     def _generation(self, job: dict) -> int:
         """The RayCluster's generation: 1, and one more for each size Ray's autoscaler gave it."""
         return 1 + sum(1 for w in self.workloads.values() if self._job(w) is job)
-
-    @staticmethod
-    def _template(job: dict, pod_set: str) -> dict:
-        cluster = job["spec"]["rayClusterSpec"]
-        if pod_set == kueue.HEAD_POD_SET:
-            return copy.deepcopy(cluster["headGroupSpec"]["template"])
-        group = next(g for g in cluster["workerGroupSpecs"] if g["groupName"] == pod_set)
-        return copy.deepcopy(group["template"])
 
     # --- Kueue's loop, once per read -------------------------------------------------------------------------
 
@@ -192,22 +233,25 @@ class FakeKueue:
         """Kueue's ungater: an admitted elastic slice's pods may schedule, as many as it counts."""
         for workload in self.workloads.values():
             conditions = _conditions(workload)
-            if not _is(conditions, "Admitted") or _is(conditions, "Finished") or _is(conditions, "Evicted"):
+            job = self._job(workload)
+            if not _is(conditions, "Admitted") or _is(conditions, "Finished") or _is(conditions, "Evicted") or job is None:
                 continue
-            cluster = ((self._job(workload).get("status") or {}).get("rayClusterName")) or ""
+            cluster = ((job.get("status") or {}).get("rayClusterName")) or ""
             if cluster in self.kube.ray_clusters:
                 for pod_set in workload["spec"]["podSets"]:
                     group = "headgroup" if pod_set["name"] == kueue.HEAD_POD_SET else pod_set["name"]
                     self.kube.ungate(cluster, group, pod_set["count"])
 
-    def _job(self, workload: dict) -> dict:
-        return self.kube.ray_jobs[workload["metadata"]["ownerReferences"][0]["name"]]
+    def _job(self, workload: dict) -> Optional[dict]:
+        """The RayJob that owns a Workload (None: a Workload made on its own, as Kueue's own tests make them)."""
+        owners = workload["metadata"].get("ownerReferences") or []
+        return self.kube.ray_jobs[owners[0]["name"]] if owners else None
 
     def _sync(self, workload: dict) -> None:
         conditions = _conditions(workload)
-        if _is(conditions, "Finished"):
-            return
         job = self._job(workload)
+        if _is(conditions, "Finished") or job is None:
+            return
         if _is(conditions, "Evicted"):
             self._after_eviction(workload, job)
             return
@@ -292,10 +336,20 @@ class FakeKueue:
         key = (workload["metadata"].get("annotations") or {}).get(REPLACEMENT_FOR)
         return self.workloads.get(key.split("/", 1)[1]) if key else None
 
-    def _usage(self, workload: dict) -> dict:
-        """What a Workload takes of the queue: its pod sets' counts of the RayJob's pods."""
-        requests = {s.name: s.requests for s in kueue_quota.ray_job_pod_sets(self._job(workload))}
-        return kueue_quota.usage(kueue_quota.PodSet(s["name"], s["count"], requests[s["name"]]) for s in workload["spec"]["podSets"])
+    def pod_sets(self, workload: dict) -> list[kueue_quota.PodSet]:
+        """The Workload's pod sets with what each pod asks, as Kueue reads them from the Workload's templates
+        (``totalRequestsFromPodSets``), the claimed NICs where this Kueue counts DRA claims."""
+        return [kueue_quota.pod_set(s, self.claim_templates) for s in workload["spec"]["podSets"]]
+
+    def add_workload(self, workload: dict) -> dict:
+        """A Workload made on its own (no job), as Kueue's tests make them: queued from now."""
+        workload = copy.deepcopy(workload)
+        workload["metadata"].setdefault("creationTimestamp", rfc3339(self.now))
+        workload["metadata"].setdefault("ownerReferences", [])
+        workload["spec"].setdefault("active", True)
+        workload.setdefault("status", {})
+        self.workloads[workload["metadata"]["name"]] = workload
+        return workload
 
     def _queue_order(self) -> list[dict]:
         def waiting(w: dict) -> bool:
@@ -312,74 +366,72 @@ class FakeKueue:
 
         return sorted((w for w in self.workloads.values() if waiting(w)), key=queued_since)
 
-    def _free(self) -> dict[str, Optional[Decimal]]:
-        free = dict(self.quota)
-        for workload in self.workloads.values():
-            if _is(_conditions(workload), "QuotaReserved") and not _is(_conditions(workload), "Finished"):
-                for resource, amount in self._usage(workload).items():
-                    if free.get(resource) is not None:
-                        free[resource] -= amount
-        return free
+    def used(self, leaving_out: Optional[dict] = None) -> dict[tuple[str, str], int]:
+        """What the Workloads holding quota take of the ClusterQueue, but ``leaving_out`` (the admitted slice an
+        elastic run's new slice replaces: its quota is the new one's, ``findFlavorForPodSets`` counting only the
+        difference)."""
+        return kueue_admission.used_by(
+            w["status"]["admission"] for w in self.workloads.values()
+            if w is not leaving_out and _is(_conditions(w), "QuotaReserved") and not _is(_conditions(w), "Finished"))
 
     def _schedule(self) -> None:
         for workload in self._queue_order():
-            free = self._free()
-            replaced = self._replaced(workload)
-            if replaced is not None:  # the old slice's quota is the new one's to take
-                for resource, amount in self._usage(replaced).items():
-                    if free.get(resource) is not None:
-                        free[resource] += amount
-            message = self._no_fit(workload, free)
-            if message is None:
-                self._admit(workload)
+            refusal = self._misconfigured(workload)
+            if refusal is not None:  # ValidateAdmissibility: the Workload is inadmissible, the queue moves on
+                self._set(workload, "QuotaReserved", False, "Pending", refusal)
                 continue
+            assignment = self.scheduler.assign(self.pod_sets(workload), self.used(self._replaced(workload)))
+            if assignment.mode == kueue_admission.FIT:
+                reserved = self._reserve(workload, assignment)
+                try:  # Kueue's status write, which the API server takes or refuses by the Workload CRD's rules
+                    validate_kueue(reserved, old=workload)
+                except jsonschema.ValidationError as refused:
+                    # admit() failed: the Workload, requeued after nomination, heads the queue again next cycle
+                    self.refused.append(f"Workload {workload['metadata']['name']}: {refused.message}")
+                    return
+                self.workloads[workload["metadata"]["name"]] = reserved
+                self._admitted(reserved, assignment)
+                continue
+            message = assignment.message()
             self._set(workload, "QuotaReserved", False, "Pending", message)
             self._event("Workload", workload["metadata"]["name"], "Warning", "Pending", message)
-            if self.cluster_queue["spec"].get("queueingStrategy") == kueue.STRICT_FIFO:
+            if self.cluster_queue["spec"].get("queueingStrategy", kueue.BEST_EFFORT_FIFO) == kueue.STRICT_FIFO:
                 return
 
-    def _no_fit(self, workload: dict, free: dict) -> Optional[str]:
-        """Kueue's message for the first pod set that does not fit (``flavorassigner.go``), or None."""
-        asked: dict[str, Decimal] = {}
-        requests = {s.name: s.requests for s in kueue_quota.ray_job_pod_sets(self._job(workload))}
-        for pod_set in (kueue_quota.PodSet(s["name"], s["count"], requests[s["name"]]) for s in workload["spec"]["podSets"]):
-            for resource, amount in pod_set.requests.items():
-                if resource not in self.flavor_of:  # the stack's Kueue ignores what its queue does not cover
-                    continue
-                asked[resource] = asked.get(resource, Decimal(0)) + amount * pod_set.count
-                most, left = self.quota.get(resource), free.get(resource)
-                flavor = self.flavor_of.get(resource)
-                if most is not None and asked[resource] > most:
-                    return (f"couldn't assign flavors to pod set {pod_set.name}: insufficient quota for {resource} "
-                            f"in flavor {flavor}, previously considered podsets requests "
-                            f"({quantities.format_quantity(asked[resource] - amount * pod_set.count)}) + current podset "
-                            f"request ({quantities.format_quantity(amount * pod_set.count)}) > maximum capacity "
-                            f"({quantities.format_quantity(most)})")
-                if left is not None and asked[resource] > left:
-                    return (f"couldn't assign flavors to pod set {pod_set.name}: insufficient unused quota for "
-                            f"{resource} in flavor {flavor}, {quantities.format_quantity(asked[resource] - left)} more needed")
-        return None
+    def _misconfigured(self, workload: dict) -> Optional[str]:
+        """``ValidateAdmissibility``: the Workload's namespace against the ClusterQueue's ``namespaceSelector`` (a
+        null one matches none), then its containers' requests against their limits (``ValidateResources``)."""
+        selector = self.cluster_queue["spec"].get("namespaceSelector")
+        namespace = workload["metadata"]["namespace"]
+        labels = {"kubernetes.io/metadata.name": namespace, **self.namespace_labels.get(namespace, {})}
+        matched = selector is not None and all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items()) and all(
+            kueue_admission.label_requirement_matches(e, labels) for e in selector.get("matchExpressions") or [])
+        if not matched:
+            return "workload namespace doesn't match ClusterQueue selector"
+        invalid = kueue_admission.requests_over_limits(workload["spec"]["podSets"])
+        return f"resources validation failed: {invalid}" if invalid else None
 
-    def _admit(self, workload: dict) -> None:
+    def _reserve(self, workload: dict, assignment: kueue_admission.Assignment) -> dict:
+        """The Workload as Kueue writes it when it admits it (``prepareWorkload``: the admission, ``QuotaReserved``
+        and, with no admission checks, ``Admitted``), a copy: the write may be refused."""
         queue = self.cluster_queue["metadata"]["name"]
-        job = self._job(workload)
-        assignments = []
-        requests = {s.name: s.requests for s in kueue_quota.ray_job_pod_sets(job)}
-        for pod_set in (kueue_quota.PodSet(s["name"], s["count"], requests[s["name"]]) for s in workload["spec"]["podSets"]):
-            counted = {r: a for r, a in pod_set.requests.items() if r in self.flavor_of}
-            assignment: dict = {"name": pod_set.name, "count": pod_set.count}
-            if counted:
-                assignment["flavors"] = {r: self.flavor_of[r] for r in counted}
-                assignment["resourceUsage"] = {r: str(quantities.format_quantity(a * pod_set.count))
-                                               for r, a in counted.items()}
-            assignments.append(assignment)
-        workload["status"]["admission"] = {"clusterQueue": queue, "podSetAssignments": assignments}
+        workload = copy.deepcopy(workload)
+        workload["status"]["admission"] = {"clusterQueue": queue,
+                                           "podSetAssignments": [one.to_api() for one in assignment.pod_sets]}
         evicted = _conditions(workload).get("Evicted")
         if evicted and evicted["status"] == "True":
             self._set(workload, "Evicted", False, "QuotaReserved", f"Previously: {evicted['message']}")
         self._set(workload, "QuotaReserved", True, "QuotaReserved", f"Quota reserved in ClusterQueue {queue}")
         self._set(workload, "Admitted", True, "Admitted", "The workload is admitted")
         self._set(workload, "PodsReady", False, "WaitForStart", "Not all pods are ready or succeeded")
+        return workload
+
+    def _admitted(self, workload: dict, assignment: kueue_admission.Assignment) -> None:
+        """What follows an admission written: Kueue's events, and the run started (or an elastic run's old slice
+        finished)."""
+        queue = self.cluster_queue["metadata"]["name"]
+        job = self._job(workload)
+        assignments = workload["status"]["admission"]["podSetAssignments"]
         name = workload["metadata"]["name"]
         waited = (self.now - queue_status.parse_time(workload["metadata"]["creationTimestamp"])).total_seconds()
         self._event("Workload", name, "Normal", "QuotaReserved",
@@ -391,8 +443,29 @@ class FakeKueue:
             self._set(replaced, "Finished", True, "WorkloadSliceReplaced", "Replaced to accommodate a new workload slice")
             self._set(workload, "PodsReady", True, "Started", "All pods reached readiness and the workload is running")
             return
+        if job is None:
+            return
+        self._run_with_flavors(job, assignments)
         job["spec"]["suspend"] = False
         self._event("RayJob", job["metadata"]["name"], "Normal", "Started", f"Admitted by clusterQueue {queue}")
+
+    def _run_with_flavors(self, job: dict, assignments: list[dict]) -> None:
+        """``RunWithPodSetsInfo``: each pod template gets its flavors' node labels (a conflicting one is an error,
+        ``podset.Merge``) and tolerations (``podset.FromAssignment``)."""
+        cluster = job["spec"]["rayClusterSpec"]
+        templates = {kueue.HEAD_POD_SET: cluster["headGroupSpec"]["template"],
+                     **{g["groupName"]: g["template"] for g in cluster.get("workerGroupSpecs") or []}}
+        for one in assignments:
+            pod = templates[one["name"]].setdefault("spec", {})
+            for name in sorted(set(one["flavors"].values())):
+                flavor = self.scheduler.flavors[name].get("spec") or {}
+                selector = pod.setdefault("nodeSelector", {})
+                for key, value in (flavor.get("nodeLabels") or {}).items():
+                    assert selector.get(key, value) == value, f"conflicting nodeSelector {key} in pod set {one['name']}"
+                    selector[key] = value
+                for toleration in flavor.get("tolerations") or []:
+                    if toleration not in pod.setdefault("tolerations", []):
+                        pod["tolerations"].append(dict(toleration))
 
     # --- bookkeeping -----------------------------------------------------------------------------------------
 
@@ -467,10 +540,12 @@ class _KueueCustom:
         return self.queue.kube.ray_jobs[name]
 
     def get_cluster_custom_object(self, group, version, plural, name):
-        assert (group, version, plural) == ("kueue.x-k8s.io", "v1beta2", "clusterqueues")
-        if name != self.queue.cluster_queue["metadata"]["name"]:
+        assert (group, version) == ("kueue.x-k8s.io", "v1beta2") and plural in ("clusterqueues", "resourceflavors")
+        found = ({self.queue.cluster_queue["metadata"]["name"]: self.queue.cluster_queue} if plural == "clusterqueues"
+                 else self.queue.scheduler.flavors)
+        if name not in found:
             raise k8s.ApiException(status=404, reason="Not Found")
-        return self.queue.cluster_queue
+        return found[name]
 
     def list_namespaced_custom_object(self, group, version, namespace, plural, label_selector=None):
         if group != "kueue.x-k8s.io":

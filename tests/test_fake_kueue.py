@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gke_ray_tpu.components.ray_manifests import RayClusterSpec, ray_cluster_spec
-from gke_ray_tpu.components import queue_manifests
+from gke_ray_tpu.components import tpu_queue
 from gke_ray_tpu.core import kueue, kueue_quota, kueue_waiting
 from gke_ray_tpu.core.capacity import CAPACITY
 from gke_ray_tpu.core.ray_job import SUBMISSION_MODE, JobCommand, OwnCluster, RayJobRun, ray_job
@@ -21,19 +21,22 @@ NAMESPACE = "default"
 NAMES = kueue.queue_names("maxtext-tpu-cluster", NAMESPACE, "rayClusterName")
 
 
-def run_spec(slices: int = 2) -> dict:
-    """The RayCluster a run of the dev stack brings: a CPU head and 2 x v6e 4x4 (4 hosts of 4 chips)."""
-    return ray_cluster_spec(RayClusterSpec(
+def cluster(slices: int = 2) -> RayClusterSpec:
+    """The dev stack on Spot, scaled to zero: a CPU head and 2 x v6e 4x4 (4 hosts of 4 chips)."""
+    return RayClusterSpec(
         name="run", namespace=NAMESPACE, service_account="ray-ksa", bucket_name="ckpt", shape=slice_shape("v6e", "4x4"),
         num_slices=slices, elastic_min_slices=slices, dcn_interfaces=0, image="rayproject/ray:2.60.0-py312",
-        megascale_port=9915, compute_class=None, capacity=CAPACITY["spot"], scale_to_zero=True))
+        megascale_port=9915, compute_class=None, capacity=CAPACITY["spot"], scale_to_zero=True)
+
+
+def run_spec(slices: int = 2) -> dict:
+    """The RayCluster a run of the dev stack brings."""
+    return ray_cluster_spec(cluster(slices))
 
 
 def queue(kube: FakeKubeRay, strategy: str = kueue.STRICT_FIFO, **wait) -> FakeKueue:
-    quota = kueue_quota.queue_quota(run_spec(), 2, SUBMISSION_MODE)
-    cluster_queue = queue_manifests.cluster_queue(NAMES, NAMESPACE, quota, queueing_strategy=strategy)
-    return FakeKueue(kube, cluster_queue, queue_manifests.local_queue(NAMES, NAMESPACE),
-                     wait=kueue_waiting.WaitSettings(**{"timeout_s": 1200, **wait}))
+    objects = tpu_queue.queue_objects({"queueing_strategy": strategy}, cluster(), NAMES)
+    return FakeKueue.of(kube, objects, wait=kueue_waiting.WaitSettings(**{"timeout_s": 1200, **wait}))
 
 
 def queued_job(name: str, slices: int = 2) -> dict:
@@ -70,9 +73,20 @@ def test_a_queued_run_is_held_suspended_until_kueue_admits_it_and_runs_once_its_
     assert job["spec"]["suspend"] is False
     assert line(fake, "a").startswith(f"admitted by {NAMES.cluster_queue} at 06:01:00 UTC; waiting for its pods "
                                       "(if they are not all ready by 06:21:00 UTC")
-    assignment = fake.workload_of("a")["status"]["admission"]["podSetAssignments"][1]
-    assert assignment == {"name": "tpu-group", "count": 8, "flavors": {kueue.TPU: NAMES.tpu_flavor},
-                          "resourceUsage": {kueue.TPU: "32"}}
+    head, workers = fake.workload_of("a")["status"]["admission"]["podSetAssignments"]
+    # The head's cpu and memory under the host flavor; the workers' chips under the slice's, their cpu and memory
+    # the host's: 8 hosts x 4 chips, x 8 cpu, x 200G (written as Kueue writes a byte count, in Ki).
+    assert head == {"name": "head", "count": 1, "flavors": {"cpu": NAMES.host_flavor, "memory": NAMES.host_flavor},
+                    "resourceUsage": {"cpu": "8", "memory": "16Gi"}}
+    assert workers == {"name": "tpu-group", "count": 8,
+                       "flavors": {"cpu": NAMES.host_flavor, kueue.TPU: NAMES.tpu_flavor, "memory": NAMES.host_flavor},
+                       "resourceUsage": {"cpu": "64", kueue.TPU: "32", "memory": f"{8 * 200 * 10**9 // 1024}Ki"}}
+    # Kueue put the flavors' node labels and tolerations on the pods: the TPU flavor's on the workers only.
+    cluster = kube.ray_jobs["a"]["spec"]["rayClusterSpec"]
+    assert "cloud.google.com/gke-tpu-accelerator" not in cluster["headGroupSpec"]["template"]["spec"]["nodeSelector"]
+    worker_pod = cluster["workerGroupSpecs"][0]["template"]["spec"]
+    assert worker_pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "4x4"
+    assert {"key": kueue.TPU, "operator": "Exists", "effect": "NoSchedule"} in worker_pod["tolerations"]
     for _ in range(10):  # the head and 8 TPU hosts, one a minute, then KubeRay posts the job
         read(fake, "a")
     assert kube.ray_jobs["a"]["status"]["jobDeploymentStatus"] == "Running"
@@ -90,9 +104,13 @@ def test_two_runs_compete_for_one_queue_and_the_second_starts_when_the_first_end
         read(fake, "first")
     assert kube.ray_jobs["first"]["status"]["jobDeploymentStatus"] == "Running"
     assert kube.ray_jobs["second"]["spec"]["suspend"] is True and "second-x7k2p" not in kube.clusters
+    # Kueue names every resource the run lacks: the chips, and the workers' cpu and memory the first run's workers
+    # hold (the queue has them for two slices' workers and two heads; the head fits).
     assert line(fake, "second") == (
         "queued in maxtext-tpu-cluster: couldn't assign flavors to pod set tpu-group: insufficient unused quota for "
-        f"google.com/tpu in flavor {NAMES.tpu_flavor}, 32 more needed")
+        f"cpu in flavor {NAMES.host_flavor}, 64 more needed, insufficient unused quota for google.com/tpu in flavor "
+        f"{NAMES.tpu_flavor}, 32 more needed, insufficient unused quota for memory in flavor {NAMES.host_flavor}, "
+        f"{8 * 200 * 10**9 // 1024}Ki more needed")
     # The first run ends; its Workload finishes and the chips go to the second.
     jobs.jobs["first"] = "SUCCEEDED"
     read(fake, "first")
@@ -192,4 +210,6 @@ def test_while_an_evicted_run_backs_off_the_run_behind_it_takes_the_chips_and_th
     assert line(fake, "big") == (
         "evicted for slow slices (its pods were not all ready in time); requeued (requeue 1), queued in "
         "maxtext-tpu-cluster: couldn't assign flavors to pod set tpu-group: insufficient unused quota for "
-        f"google.com/tpu in flavor {NAMES.tpu_flavor}, 16 more needed")
+        f"cpu in flavor {NAMES.host_flavor}, 32 more needed, insufficient unused quota for google.com/tpu in flavor "
+        f"{NAMES.tpu_flavor}, 16 more needed, insufficient unused quota for memory in flavor {NAMES.host_flavor}, "
+        f"{4 * 200 * 10**9 // 1024}Ki more needed")

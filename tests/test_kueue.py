@@ -13,11 +13,11 @@ import yaml
 
 from gke_ray_tpu.components.ray_manifests import RayClusterSpec, ray_cluster_spec, resource_claim_template
 from gke_ray_tpu.components import kueue_config, queue_manifests
-from gke_ray_tpu.core import kueue, kueue_quota, kueue_waiting, quantities
+from gke_ray_tpu.core import kueue, kueue_admission, kueue_quota, kueue_waiting, quantities
 from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.capacity import CAPACITY
 from gke_ray_tpu.core.kuberay import ray_job_problems
-from gke_ray_tpu.core.ray_job import SUBMISSION_MODE, JobCommand, OwnCluster, RayJobRun, ray_job
+from gke_ray_tpu.core.ray_job import SUBMISSION_MODE, JobCommand, OwnCluster, RayJobRun, ray_job, with_slices
 from gke_ray_tpu.core.tpu_catalogue import slice_shape
 from gke_ray_tpu.training.driver import queue_status
 from tests.schemas import validate_kueue, validate_ray_job
@@ -80,24 +80,42 @@ def test_the_slice_flavor_selects_the_shape_and_tolerates_the_tpu_taint():
     validate_kueue(queue_manifests.host_flavor(NAMES))
 
 
-def test_the_dev_stacks_queue_holds_its_32_chips():
-    # 2 slices x 4 hosts x 4 chips; the 2 DCN NICs of each of the 8 workers when they claim them.
+HEAD = {"cpu": 8, "memory": 16 * 2**30}
+WORKER = {"cpu": 8, "memory": 200 * 10**9}
+"""The tutorial's requests (``ray_manifests``), worked with by hand below."""
+
+
+def test_the_dev_stacks_queue_holds_its_chips_and_its_heads_and_workers_cpu_and_memory():
+    # 2 slices x 4 hosts x 4 chips; a head per slice (a run holds one at least) and every worker.
     quota = kueue_quota.queue_quota(ray_cluster_spec(spec()), 2, SUBMISSION_MODE)
-    assert quota == {kueue.TPU: 32}
+    assert quota == {kueue.TPU: 32, "cpu": 2 * 8 + 8 * 8, "memory": 2 * HEAD["memory"] + 8 * WORKER["memory"]}
     queue = queue_manifests.cluster_queue(NAMES, "default", quota)
     validate_kueue(queue)
-    assert queue["spec"]["resourceGroups"] == [{"coveredResources": ["google.com/tpu"], "flavors": [
-        {"name": NAMES.tpu_flavor, "resources": [{"name": "google.com/tpu", "nominalQuota": 32}]}]}]
+    # The chips under the slice's flavor, cpu and memory in a group of their own under the host flavor.
+    assert queue["spec"]["resourceGroups"] == [
+        {"coveredResources": ["google.com/tpu"], "flavors": [
+            {"name": NAMES.tpu_flavor, "resources": [{"name": "google.com/tpu", "nominalQuota": 32}]}]},
+        {"coveredResources": ["cpu", "memory"], "flavors": [
+            {"name": NAMES.host_flavor, "resources": [{"name": "cpu", "nominalQuota": 80},
+                                                      {"name": "memory", "nominalQuota": 1634359738368}]}]}]
     assert queue["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "default"}}
     assert queue["spec"]["queueingStrategy"] == "StrictFIFO" and "cohortName" not in queue["spec"]
     validate_kueue(queue_manifests.local_queue(NAMES, "default"))
 
 
-def test_a_queue_for_a_kueue_that_counts_everything_covers_the_heads_and_workers_cpu_and_memory():
+def test_an_elastic_stacks_queue_holds_heads_with_the_autoscaler_beside_them():
+    largest = with_slices(ray_cluster_spec(spec()), 2, start_slices=1)
+    quota = kueue_quota.queue_quota(largest, 2, SUBMISSION_MODE)
+    assert quota["cpu"] == 2 * (8 + Decimal("0.5")) + 8 * 8
+    assert quota["memory"] == 2 * (HEAD["memory"] + 512 * 2**20) + 8 * WORKER["memory"]
+    assert quota[kueue.TPU] == 32  # the cluster grown to its 2 slices
+
+
+def test_a_queue_for_a_kueue_that_counts_claims_covers_the_workers_nics_too():
     template = resource_claim_template(spec(dcn=2))
-    quota = kueue_quota.queue_quota(ray_cluster_spec(spec(dcn=2)), 2, SUBMISSION_MODE, count_host=True,
-                              claim_templates={template["metadata"]["name"]: template})
-    # cpu: 2 heads x 8 + 8 workers x 8; memory: 2 x 16Gi + 8 x 200G; NICs: 8 workers x 2.
+    quota = kueue_quota.queue_quota(ray_cluster_spec(spec(dcn=2)), 2, SUBMISSION_MODE,
+                                    claim_templates={template["metadata"]["name"]: template})
+    # NICs: 8 workers x 2.
     assert quota == {kueue.TPU: 32, kueue.DCN_NIC: 16, "cpu": 80, "memory": 2 * 16 * 2**30 + 8 * 200 * 10**9}
     queue = queue_manifests.cluster_queue(NAMES, "default", quota, sharing=queue_manifests.Sharing("research", borrowing_limit=16))
     validate_kueue(queue)
@@ -118,7 +136,8 @@ def test_queued_provisioning_asks_gke_for_the_tpu_pod_set_only():
                                            "name": config["metadata"]["name"]}
     assert config["spec"] == {"provisioningClassName": "queued-provisioning.gke.io", "managedResources": ["google.com/tpu"],
                               "parameters": {"maxRunDurationSeconds": "3600"}}
-    queue = queue_manifests.cluster_queue(NAMES, "default", {kueue.TPU: Decimal(16)}, admission_check=True)
+    quota = kueue_quota.queue_quota(ray_cluster_spec(spec(slices=1)), 1, SUBMISSION_MODE)
+    queue = queue_manifests.cluster_queue(NAMES, "default", quota, admission_check=True)
     validate_kueue(queue)
     assert queue["spec"]["admissionChecksStrategy"] == {
         "admissionChecks": [{"name": check["metadata"]["name"], "onFlavors": [NAMES.tpu_flavor]}]}
@@ -180,6 +199,17 @@ def test_the_autoscaler_the_submitter_and_init_containers_count_as_kueue_counts_
     assert sidecar_head.requests["cpu"] == Decimal("8.5")
 
 
+def test_a_sidecar_init_container_and_the_pods_overhead_add_to_what_a_pod_asks():
+    pod = {"containers": [{"resources": {"requests": {"cpu": "1"}, "limits": {"memory": "1Gi"}}}],
+           "initContainers": [
+               {"restartPolicy": "Always", "resources": {"requests": {"cpu": "2"}}},  # a sidecar: runs beside them
+               {"resources": {"requests": {"cpu": "4", "memory": "3Gi"}}},  # runs beside the sidecar only
+           ],
+           "overhead": {"cpu": "250m"}}
+    # cpu: max(1 + 2, 4 + 2) + 0.25; memory: max(1Gi (its limit), 3Gi).
+    assert kueue_quota.pod_requests(pod) == {"cpu": Decimal("6.25"), "memory": 3 * 2**30}
+
+
 # --- Kueue's RayJob webhook ---
 
 def test_the_stacks_runs_meet_kueues_rayjob_rules():
@@ -232,34 +262,60 @@ def test_autopilots_all_nics_claim_is_one_kueue_cannot_count():
 
 # --- a run no queue could admit ---
 
-def test_a_run_asking_more_chips_than_the_queue_has_is_refused_naming_the_key():
-    capacity = kueue_quota.queue_capacity(queue_manifests.cluster_queue(NAMES, "default", {kueue.TPU: Decimal(32)}))
-    asked = kueue_quota.usage(kueue_quota.ray_job_pod_sets(job(ray_cluster_spec(spec(slices=3)))))
-    with pytest.raises(ConfigError) as error:
-        kueue_quota.check_admissible(asked, capacity, "--slices", 3)
-    assert error.value.key == "--slices" and error.value.value == 3
-    assert error.value.expected == (f"a run ClusterQueue {NAMES.cluster_queue} can ever admit: it asks for 48 "
-                                    "google.com/tpu, the queue has at most 32 (its quota and what it may borrow)")
-    kueue_quota.check_admissible(kueue_quota.usage(kueue_quota.ray_job_pod_sets(job(ray_cluster_spec(spec(slices=2))))), capacity,
-                           "--slices", 2)
+def stack_queue(**sharing) -> dict:
+    quota = kueue_quota.queue_quota(ray_cluster_spec(spec()), 2, SUBMISSION_MODE)
+    return queue_manifests.cluster_queue(NAMES, "default", quota,
+                                         sharing=queue_manifests.Sharing("r", **sharing) if sharing else None)
+
+
+FLAVORS = {NAMES.tpu_flavor: queue_manifests.tpu_flavor(NAMES, slice_shape("v6e", "4x4"), None, queued=False),
+           NAMES.host_flavor: queue_manifests.host_flavor(NAMES)}
+
+
+def problem(slices: int, queue: dict, strategy: str = kueue.IGNORE_UNDECLARED):
+    sets = kueue_quota.ray_job_pod_sets(job(ray_cluster_spec(spec(slices=slices))), grown=True)
+    return kueue_admission.admission_problem(sets, queue, FLAVORS, strategy)
+
+
+def test_a_run_asking_more_than_the_queue_ever_has_is_named_in_kueues_words():
+    assert problem(2, stack_queue()) is None
+    # 3 slices: 48 chips, 12 workers of 8 cpu and 200G, where the queue holds 2 slices' worth. Kueue walks the
+    # workers' resources memory first (their FNV-1a order), finds no flavor for the host group and stops there:
+    # its words name cpu and memory, not the chips.
+    said = problem(3, stack_queue())
+    assert said == (
+        f"couldn't assign flavors to pod set tpu-group: insufficient quota for cpu in flavor {NAMES.host_flavor}, "
+        "previously considered podsets requests (8) + current podset request (96) > maximum capacity (80), "
+        f"insufficient quota for memory in flavor {NAMES.host_flavor}, previously considered podsets requests (16Gi) "
+        f"+ current podset request ({12 * 200 * 10**9 // 1024}Ki) > maximum capacity "
+        f"({(2 * 16 * 2**30 + 8 * 200 * 10**9) // 1024}Ki)")
+    # With cpu and memory for 4 slices and chips for 2, the chips are what it names.
+    roomy = queue_manifests.cluster_queue(NAMES, "default", {
+        **kueue_quota.queue_quota(ray_cluster_spec(spec(slices=4)), 4, SUBMISSION_MODE), kueue.TPU: Decimal(32)})
+    assert problem(3, roomy) == (
+        f"couldn't assign flavors to pod set tpu-group: insufficient quota for google.com/tpu in flavor "
+        f"{NAMES.tpu_flavor}, previously considered podsets requests (0) + current podset request (48) > maximum "
+        "capacity (32)")
 
 
 def test_what_a_queue_may_borrow_counts_and_a_cohort_without_a_limit_is_unbounded():
-    asked = {kueue.TPU: Decimal(48)}
-    limited = queue_manifests.cluster_queue(NAMES, "default", {kueue.TPU: Decimal(32)}, sharing=queue_manifests.Sharing("r", borrowing_limit=16))
-    kueue_quota.check_admissible(asked, kueue_quota.queue_capacity(limited), "--slices", 3)
-    with pytest.raises(ConfigError, match="asks for 64 google.com/tpu, the queue has at most 48"):
-        kueue_quota.check_admissible({kueue.TPU: Decimal(64)}, kueue_quota.queue_capacity(limited), "--slices", 4)
-    unbounded = queue_manifests.cluster_queue(NAMES, "default", {kueue.TPU: Decimal(32)}, sharing=queue_manifests.Sharing("r"))
-    assert kueue_quota.queue_capacity(unbounded).most == {kueue.TPU: None}
-    kueue_quota.check_admissible({kueue.TPU: Decimal(640)}, kueue_quota.queue_capacity(unbounded), "--slices", 40)
+    # 32 + 16 chips; cpu and memory, without a borrowing limit, as much as the cohort could lend.
+    assert problem(3, stack_queue(borrowing_limit=16)) is None
+    assert "current podset request (64) > maximum capacity (48)" in problem(4, stack_queue(borrowing_limit=16))
+    assert problem(40, stack_queue()) is not None and problem(40, stack_queue(borrowing_limit=None)) is None
 
 
-def test_a_resource_the_queue_does_not_cover_is_refused_only_where_kueue_checks_every_resource():
-    capacity = kueue_quota.queue_capacity(queue_manifests.cluster_queue(NAMES, "default", {kueue.TPU: Decimal(32)}))
-    kueue_quota.check_admissible({"cpu": Decimal(72), kueue.TPU: Decimal(32)}, capacity, "--slices", 2)
-    with pytest.raises(ConfigError, match="they ask for cpu"):
-        kueue_quota.check_admissible({"cpu": Decimal(72)}, capacity, "--slices", 2, ignore_undeclared=False)
+def test_a_queue_covering_the_chips_alone_never_admits_a_run_whatever_the_strategy():
+    chips_only = stack_queue()
+    chips_only["spec"]["resourceGroups"] = chips_only["spec"]["resourceGroups"][:1]
+    # The head asks for cpu and memory only: skipped, they leave it no flavor, and Kueue's admission of one pod set
+    # of two is refused by the Workload CRD.
+    ignored = problem(2, chips_only, kueue.IGNORE_UNDECLARED)
+    assert ignored.startswith(f"pod set head asks for cpu, memory, none of which ClusterQueue {NAMES.cluster_queue} "
+                              "covers") and "name 1 of the Workload's 2 pod sets" in ignored
+    # Checked, they are unavailable (Kueue walks the head's resources memory first: their FNV-1a order).
+    assert problem(2, chips_only, kueue.BLOCK_UNDECLARED) == (
+        "couldn't assign flavors to pod set head: resource memory unavailable in ClusterQueue")
 
 
 # --- what waiting for slices that never come can cost ---

@@ -43,9 +43,12 @@ def run_program(tmp_path, cluster: str, queue: str = "") -> OfflineRun:
 
 
 def kueue_objects(run: OfflineRun) -> dict:
-    found = {r.inputs["kind"]: r for r in run.resources if r.type.startswith("kubernetes:kueue.x-k8s.io/v1beta2:")}
-    for resource in found.values():
-        validate_kueue(resource.inputs)
+    """The queue's Kueue objects by kind; the host's ResourceFlavor as "HostFlavor" (its resource "<queue>-host-flavor")."""
+    found: dict = {}
+    for r in run.resources:
+        if r.type.startswith("kubernetes:kueue.x-k8s.io/v1beta2:"):
+            validate_kueue(r.inputs)
+            found["HostFlavor" if r.name.endswith("-host-flavor") else r.inputs["kind"]] = r
     return found
 
 
@@ -77,15 +80,23 @@ def test_kueue_is_installed_from_its_chart_at_the_pinned_version_with_the_stacks
 
 def test_the_queue_holds_the_stacks_slices_for_its_namespace(spot):
     objects = kueue_objects(spot)
-    assert set(objects) == {"ResourceFlavor", "ClusterQueue", "LocalQueue"}
+    assert set(objects) == {"ResourceFlavor", "HostFlavor", "ClusterQueue", "LocalQueue"}
     assert objects["ResourceFlavor"].inputs["spec"]["nodeLabels"] == {
         "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice", "cloud.google.com/gke-tpu-topology": "4x4",
         "cloud.google.com/gke-spot": "true"}
+    assert objects["HostFlavor"].inputs["metadata"]["name"] == NAMES.host_flavor
+    assert objects["HostFlavor"].inputs["spec"] == {}
     queue = objects["ClusterQueue"].inputs
     assert queue["metadata"] == {"name": "team-tpus-training"}
-    # 2 slices x 4 hosts x 4 chips; cpu, memory and the NICs the hosts claim are not counted.
-    assert queue["spec"]["resourceGroups"] == [{"coveredResources": ["google.com/tpu"], "flavors": [
-        {"name": NAMES.tpu_flavor, "resources": [{"name": "google.com/tpu", "nominalQuota": 32}]}]}]
+    # 2 slices x 4 hosts x 4 chips; cpu and memory of a head per slice (8, 16Gi) and of the 8 workers (8, 200G);
+    # the NICs the hosts claim are not counted (the installed Kueue's DRA accounting is off).
+    assert queue["spec"]["resourceGroups"] == [
+        {"coveredResources": ["google.com/tpu"], "flavors": [
+            {"name": NAMES.tpu_flavor, "resources": [{"name": "google.com/tpu", "nominalQuota": 32}]}]},
+        {"coveredResources": ["cpu", "memory"], "flavors": [
+            {"name": NAMES.host_flavor, "resources": [
+                {"name": "cpu", "nominalQuota": 2 * 8 + 8 * 8},
+                {"name": "memory", "nominalQuota": 2 * 16 * 2**30 + 8 * 200 * 10**9}]}]}]
     assert queue["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "training"}}
     assert objects["LocalQueue"].inputs["metadata"] == {"name": "team-tpus", "namespace": "training"}
     assert objects["LocalQueue"].inputs["spec"] == {"clusterQueue": "team-tpus-training"}
@@ -98,12 +109,13 @@ def test_every_child_is_parented_takes_the_provider_and_waits_for_what_it_needs(
     assert {r.type for r in children} == {CHART, "kubernetes:core/v1:Namespace",
                                           *(f"kubernetes:kueue.x-k8s.io/v1beta2:{k}" for k in
                                             ("ResourceFlavor", "ClusterQueue", "LocalQueue"))}
+    assert {r.name for r in children if r.type.endswith(":ResourceFlavor")} == {"queue-tpu-flavor", "queue-host-flavor"}
     provider = spot.one("pulumi:providers:kubernetes", "team-gke")
     assert {r.provider for r in children} == {f"{provider.urn}::team-gke-id"}  # a provider reference: URN::ID
     objects = kueue_objects(spot)
     assert short(spot.one(CHART).dependencies) == {"queue-kueue-namespace"}
     assert "queue-kueue" in short(objects["ResourceFlavor"].dependencies)
-    assert {"queue-kueue", "queue-tpu-flavor"} <= short(objects["ClusterQueue"].dependencies)
+    assert {"queue-kueue", "queue-tpu-flavor", "queue-host-flavor"} <= short(objects["ClusterQueue"].dependencies)
     assert "queue-cluster-queue" in short(objects["LocalQueue"].dependencies)
 
 
@@ -270,19 +282,47 @@ def test_from_another_language_the_queue_takes_the_clusters_fields_and_a_run_the
     assert "queue-local-queue" in short(job.dependencies)
 
 
-def test_a_declared_run_the_queue_could_never_admit_fails_preview_naming_the_run(dev_config):
-    from decimal import Decimal
+def test_a_queue_that_could_never_admit_a_run_fails_preview_naming_the_key(dev_config):
+    import copy
 
-    from gke_ray_tpu.stack.parse import parse_stack_config
+    from gke_ray_tpu.components import tpu_queue
     from gke_ray_tpu.stack.checks import check_queue_admits
+    from gke_ray_tpu.stack.parse import parse_stack_config
     from gke_ray_tpu.stack.plan import plan_stack
     from tests.conftest import with_keys
 
+    def declared(plan):
+        spec = plan.cluster_spec
+        return tpu_queue.queue_objects(plan.queue_args, spec, kueue.queue_names(spec.name, spec.namespace, "key"))
+
+    def changed(objects, change):
+        objects = copy.deepcopy(objects)
+        change(objects.cluster_queue["spec"]["resourceGroups"])
+        return objects
+
     plan = plan_stack(parse_stack_config(with_keys(dev_config, capacity="flex-start")))
-    check_queue_admits(plan)  # the stack's own queue holds its slices: the run fits
-    names = kueue.queue_names("maxtext-tpu-cluster", "default", "key")
-    smaller = kueue_quota.queue_capacity(queue_manifests.cluster_queue(names, "default", {kueue.TPU: Decimal(16)}))
+    check_queue_admits(plan)  # the queue the stack declares admits every run
+    objects = declared(plan)
+    # 16 chips: the declared run's two slices never fit.
+    smaller = changed(objects, lambda groups: groups[0]["flavors"][0]["resources"][0].update(nominalQuota=16))
     with pytest.raises(ConfigError) as error:
         check_queue_admits(plan, smaller)
     assert (error.value.key, error.value.value) == ("gke-ray-tpu:runs[0]", "baseline-8b")
-    assert "it asks for 32 google.com/tpu, the queue has at most 16" in error.value.expected
+    assert ("couldn't assign flavors to pod set tpu-group: insufficient quota for google.com/tpu in flavor "
+            f"{objects.flavors[0]['metadata']['name']}, previously considered podsets requests (0) + current podset "
+            "request (32) > maximum capacity (16)") in error.value.expected
+    # The chips alone, as the stack once declared its queue: the head takes no flavor, no run is ever admitted.
+    chips_only = changed(objects, lambda groups: groups.pop(1))
+    with pytest.raises(ConfigError, match="pod set head asks for cpu, memory, none of which ClusterQueue"):
+        check_queue_admits(plan, chips_only)
+    # No declared run, and 72 cpu: a run of 2 slices fits (a head of 8 and 8 workers of 8), but not the submit
+    # command's elastic one, whose head has the autoscaler's 500m beside it.
+    bare = plan_stack(parse_stack_config(with_keys(dev_config, capacity="flex-start", runs=None)))
+    tight = changed(declared(bare), lambda groups: groups[1]["flavors"][0]["resources"][0].update(nominalQuota=72))
+    with pytest.raises(ConfigError) as error:
+        check_queue_admits(bare, tight)
+    assert (error.value.key, error.value.value) == ("gke-ray-tpu:elasticMinSlices", 1)
+    assert error.value.expected.endswith(
+        "it never admits --slices 2 --elastic (from 1): couldn't assign flavors to pod set tpu-group: insufficient "
+        f"quota for cpu in flavor {objects.flavors[1]['metadata']['name']}, previously considered podsets requests "
+        "(8500m) + current podset request (64) > maximum capacity (72)")

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from gke_ray_tpu.components import queue_manifests
+from gke_ray_tpu.components import tpu_queue
 from gke_ray_tpu.core import kueue, kueue_quota, kueue_waiting
 from gke_ray_tpu.core.ray_job import SUBMISSION_MODE, JobCommand, OwnCluster, RayJobRun, ray_job
 from gke_ray_tpu.training.driver import connection, outcome, port_forward, run_cluster
@@ -21,7 +21,7 @@ from tests.fakes import FakeJobsClient, FakeKubeRay
 from tests.schemas import validate_kueue, validate_ray_job
 # run_dirs (autouse): run files go to a temporary directory.
 from tests.test_training_submit import group_start, run_cli, run_dirs, step, write  # noqa: F401
-from tests.test_training_submit_run_cluster import Bucket, per_run_spec
+from tests.test_training_submit_run_cluster import Bucket, per_run_cluster, per_run_spec
 
 NAMES = kueue.queue_names("maxtext-tpu-cluster", "default", "rayClusterName")
 WAIT = kueue_waiting.WaitSettings(timeout_s=900, requeue_limit=1)
@@ -38,12 +38,15 @@ def queued_outputs(dev_run) -> dict:
             "podsReadyTimeoutS": WAIT.timeout_s, "requeueLimit": WAIT.requeue_limit}
 
 
-def cluster_queue(chips: int = 32) -> dict:
-    quota = kueue_quota.queue_quota(per_run_spec(), 2, SUBMISSION_MODE)
-    assert quota == {kueue.TPU: 32}
-    queue = queue_manifests.cluster_queue(NAMES, "default", {kueue.TPU: Decimal(chips)})
-    validate_kueue(queue)
-    return queue
+def stack_queue(chips: int = 32) -> tpu_queue.QueueObjects:
+    """The queue the stack declares for its runs (installed Kueue), its chips set to ``chips``."""
+    objects = tpu_queue.queue_objects({}, per_run_cluster(elastic_min_slices=1), NAMES)
+    tpu = objects.cluster_queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
+    assert tpu == {"name": kueue.TPU, "nominalQuota": 32}
+    tpu["nominalQuota"] = chips
+    for manifest in (*objects.flavors, objects.cluster_queue, objects.local_queue):
+        validate_kueue(manifest)
+    return objects
 
 
 @pytest.fixture
@@ -52,7 +55,7 @@ def queued(monkeypatch):
     holder: dict = {"bucket": Bucket(), "checks": []}
 
     def use(jobs: FakeJobsClient, chips: int = 32, **kube) -> FakeKueue:
-        fake = FakeKueue(FakeKubeRay(jobs, **kube), cluster_queue(chips), queue_manifests.local_queue(NAMES, "default"), wait=WAIT)
+        fake = FakeKueue.of(FakeKubeRay(jobs, **kube), stack_queue(chips), wait=WAIT)
         holder["fake"] = fake
         return fake
 
@@ -90,8 +93,13 @@ def test_two_runs_compete_for_the_stacks_chips_and_the_second_starts_when_the_fi
     assert created["metadata"]["labels"] == {kueue.QUEUE_LABEL: NAMES.local_queue}
     # Queued in Kueue's words while the other run holds the chips, then admitted once it ended.
     said = kueue_lines(err)
+    # Kueue names all the run lacks: the chips, and its workers' cpu and memory beyond what the other run's head and
+    # workers leave (the queue holds 2 heads of 8.5 cpu and 16.5Gi, the autoscaler's included, and 8 workers of 8 cpu
+    # and 200G; the other run took a head of 8 cpu and 16Gi and 8 workers).
     waiting = (f"queued in {NAMES.local_queue}: couldn't assign flavors to pod set tpu-group: insufficient unused "
-               f"quota for google.com/tpu in flavor {NAMES.tpu_flavor}, 32 more needed [2 slices]")
+               f"quota for cpu in flavor {NAMES.host_flavor}, 63 more needed, insufficient unused quota for "
+               f"google.com/tpu in flavor {NAMES.tpu_flavor}, 32 more needed, insufficient unused quota for memory in "
+               f"flavor {NAMES.host_flavor}, {(8 * 200 * 10**9 - 2**30) // 1024}Ki more needed [2 slices]")
     assert waiting in said, err
     admitted = next(i for i, line in enumerate(said) if line.startswith(f"admitted by {NAMES.cluster_queue}"))
     assert said.index(waiting) < admitted
@@ -154,7 +162,7 @@ def test_an_elastic_run_starts_on_one_slice_and_takes_the_second_when_the_autosc
     replaced = next(c for c in first["status"]["conditions"] if c["type"] == "Finished")
     assert (replaced["status"], replaced["reason"]) == ("True", "WorkloadSliceReplaced")
     assert next(c for c in second["status"]["conditions"] if c["type"] == "Admitted")["status"] == "True"
-    assert second["status"]["admission"]["podSetAssignments"][1]["resourceUsage"] == {kueue.TPU: "32"}
+    assert second["status"]["admission"]["podSetAssignments"][1]["resourceUsage"][kueue.TPU] == "32"
     # Both slices were up, whole, before the run ended (the Ray side: tests/test_tpu_path.py).
     assert fake.peak_slices[f"maxtext-grow-x7k2p"] == 2
 
@@ -165,8 +173,9 @@ def test_a_run_the_queue_could_never_admit_is_refused_before_anything_is_made(ca
     assert rc == 2 and "Traceback" not in err, err
     assert err.splitlines()[-1] == (
         f"python -m gke_ray_tpu.training.submit: error: invalid config --slices=2: expected a run ClusterQueue "
-        f"{NAMES.cluster_queue} can ever admit: it asks for 32 google.com/tpu, the queue has at most 16 (its quota and "
-        "what it may borrow)")
+        f"{NAMES.cluster_queue} can admit: couldn't assign flavors to pod set tpu-group: insufficient quota for "
+        f"google.com/tpu in flavor {NAMES.tpu_flavor}, previously considered podsets requests (0) + current podset "
+        "request (32) > maximum capacity (16)")
     assert fake.kube.created == [] and fake.workloads == {} and queued.holder["bucket"].objects == {}
     # One slice fits, and is queued.
     rc, err = run_cli(capsys, "--outputs-file", write(tmp_path, queued_outputs), "--slices", "1", "run_name=small")

@@ -35,15 +35,19 @@ HOSTS = 8
 """The dev stack's TPU hosts: 2 v6e 4x4 slices of 4 hosts."""
 
 
-def per_run_spec() -> dict:
-    """A RayCluster spec as a run brings it: the stack's head and TPU group, no autoscaler, every slice."""
-    spec = RayClusterSpec(
+def per_run_cluster(elastic_min_slices: int = 2) -> RayClusterSpec:
+    """The stack whose runs bring their cluster: 2 x v6e 4x4 on flex-start."""
+    return RayClusterSpec(
         name="run", namespace="default", service_account="ray-ksa", bucket_name="my-tpu-project-maxtext-checkpoints",
-        shape=slice_shape("v6e", "4x4"), num_slices=2, elastic_min_slices=2, dcn_interfaces=0,
+        shape=slice_shape("v6e", "4x4"), num_slices=2, elastic_min_slices=elastic_min_slices, dcn_interfaces=0,
         image="rayproject/ray:nightly-py312-tpu", megascale_port=9915, compute_class=None, capacity=CAPACITY["flex-start"],
         scale_to_zero=True,
     )
-    return ray_cluster_spec(spec)
+
+
+def per_run_spec() -> dict:
+    """A RayCluster spec as a run brings it: the stack's head and TPU group, no autoscaler, every slice."""
+    return ray_cluster_spec(per_run_cluster())
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-from gke_ray_tpu.core import kueue, kueue_quota
+from gke_ray_tpu.core import kueue, kueue_admission, kueue_quota
+from gke_ray_tpu.core.errors import ConfigError
 from gke_ray_tpu.core.kueue_waiting import WaitSettings
 from gke_ray_tpu.training.driver.errors import ClusterError
 
@@ -167,8 +168,11 @@ class RunInQueue:
         self.hosts = int(outputs.hosts_per_slice)
 
     def check_admissible(self, manifest: Mapping, slices: int, log: Callable[[str], None]) -> None:
-        """Refuse, naming ``--slices``, a run the ClusterQueue could never admit at its full size (its quota and what
-        it may borrow); a user who may not read ClusterQueues gets a note and the run is queued unchecked."""
+        """Refuse, naming ``--slices``, a run the ClusterQueue could never admit at its full size: Kueue's flavor
+        assignment over the queue, empty and lent what it may borrow, and its ResourceFlavors
+        (``core.kueue_admission.admission_problem``). A user who may not read ClusterQueues gets a note and the run
+        is queued unchecked; one who may not read ResourceFlavors, a note and a check of the quota alone. The DCN
+        NICs a cluster's own Kueue counts are not (the queue's NICs come with its chips)."""
         from kubernetes.client.exceptions import ApiException
 
         name = self.outputs.cluster_queue
@@ -180,10 +184,33 @@ class RunInQueue:
                     "this run")
                 return
             raise ClusterError(f"reading ClusterQueue {name} ({e.status} {e.reason})") from None
-        asked = kueue_quota.usage(kueue_quota.ray_job_pod_sets(manifest, grown=True))
-        # The stack's Kueue counts only what its queue covers; a cluster's own Kueue checks every resource.
+        flavors = self._flavors(queue, log)
         installed = self.outputs.pods_ready_timeout_s is not None
-        kueue_quota.check_admissible(asked, kueue_quota.queue_capacity(queue), "--slices", slices, ignore_undeclared=installed)
+        problem = kueue_admission.admission_problem(kueue_quota.ray_job_pod_sets(manifest, grown=True), queue, flavors,
+                                                    kueue.quota_check_strategy(installed))
+        if problem:
+            raise ConfigError("--slices", slices, f"a run ClusterQueue {name} can admit: {problem}")
+
+    def _flavors(self, queue: Mapping, log: Callable[[str], None]) -> dict[str, Mapping]:
+        """The ResourceFlavors the ClusterQueue names (one gone is left out, as Kueue finds it gone); any that may
+        not be read are taken as labelless, with a note."""
+        from kubernetes.client.exceptions import ApiException
+
+        found: dict[str, Mapping] = {}
+        for group in (queue.get("spec") or {}).get("resourceGroups") or []:
+            for flavor in group.get("flavors") or []:
+                try:
+                    found[flavor["name"]] = self.custom.get_cluster_custom_object(GROUP, VERSION, "resourceflavors",
+                                                                                   flavor["name"])
+                except ApiException as e:
+                    if e.status == 404:
+                        continue
+                    if e.status not in (401, 403):
+                        raise ClusterError(f"reading ResourceFlavor {flavor['name']} ({e.status} {e.reason})") from None
+                    log(f"cannot read ResourceFlavor {flavor['name']} ({e.status} {e.reason}): its node labels and "
+                        "taints are not checked against the run's pods")
+                    found[flavor["name"]] = {"metadata": {"name": flavor["name"]}, "spec": {}}
+        return found
 
     def workloads(self, ray_job: Mapping) -> list[dict]:
         uid = (ray_job.get("metadata") or {}).get("uid")
