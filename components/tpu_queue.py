@@ -2,8 +2,9 @@
 
 It installs Kueue (``gke_ray_tpu.core.kueue.KUEUE_VERSION``, the project's Helm chart from
 ``registry.k8s.io``) with ``waitForPodsReady``, or uses the Kueue a cluster already runs (checked at preview:
-its ClusterQueue CRD must serve ``kueue.x-k8s.io/v1beta2``), and declares the stack's queue: a ResourceFlavor
-for the slice shape, a ClusterQueue whose chips are the stack's slices, a LocalQueue in the stack's namespace
+its ClusterQueue CRD must serve ``kueue.x-k8s.io/v1beta2``), and declares the stack's queue
+(:func:`queue_objects`): a ResourceFlavor for the slice shape and one for the hosts' cpu and memory, a
+ClusterQueue whose chips are the stack's slices and whose cpu and memory are their pods', a LocalQueue in the stack's namespace
 that every run names in its ``kueue.x-k8s.io/queue-name`` label and, for a one-slice flex-start stack that asks
 for it, GKE's queued provisioning as an admission check. docs/queues.md says what a run then does, and what it
 can cost while it waits.
@@ -45,7 +46,7 @@ class TpuQueueArgs(TypedDict):
     ray_cluster: RayTpuClusterRef
     """The RayTpuCluster whose runs the queue admits: its namespace holds the LocalQueue, its slice shape is the flavor, its slices the chips (slices x hosts x chips per host). Its runs must bring their own cluster (scale_to_zero). From Python, the component itself; from other languages, its fields."""
     install_kueue: NotRequired[bool]
-    """Install Kueue (Helm chart, namespace kueue-system) with the waiting settings below; false: use the Kueue the cluster already runs (>= 0.16, serving kueue.x-k8s.io/v1beta2, checked at preview), installing nothing, and count cpu, memory and the workers' DCN NICs (as dcn-nic, which that Kueue must map netdev.google.com to) too, as such a Kueue checks every resource. Default: true."""
+    """Install Kueue (Helm chart, namespace kueue-system) with the waiting settings below; false: use the Kueue the cluster already runs (>= 0.16, serving kueue.x-k8s.io/v1beta2, checked at preview), installing nothing, and count the workers' DCN NICs (as dcn-nic, which that Kueue must map netdev.google.com to) too, as such a Kueue counts DRA claims. Default: true."""
     pods_ready_timeout_s: NotRequired[int]
     """Seconds after admission by which a run's pods must all be ready, else Kueue evicts it (KubeRay deletes its cluster, releasing the slices that came) and requeues it. Only when installing Kueue. Default: 1800, Kueue's."""
     requeue_limit: NotRequired[int]
@@ -122,7 +123,7 @@ def check_args(args: TpuQueueArgs, prefix: str = "TpuQueueArgs.") -> RayClusterS
         problems = kueue_quota.claim_problems(resource_claim_template(spec))
         if problems:
             raise ConfigError(f"{prefix}ray_cluster", spec.name, "a RayTpuCluster whose TPU workers a cluster's own "
-                              "Kueue can count (or install_kueue true: the stack's Kueue counts chips only): "
+                              "Kueue can count (or install_kueue true: the stack's Kueue leaves claims uncounted): "
                               + "; ".join(problems))
     return spec
 
