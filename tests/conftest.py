@@ -16,6 +16,26 @@ def source_files() -> list[Path]:
     return sorted(path for package in PACKAGES for path in (REPO_ROOT / package).rglob("*.py"))
 
 
+_PROCESSES = pytest.StashKey()
+
+
+def pytest_configure(config):
+    """Mark this session's processes (``tests/processes.py``): whatever a test starts ends with the session, also
+    on Ctrl-C, SIGTERM or a kill of pytest; what an earlier, interrupted run left is ended first."""
+    from tests.processes import Session
+
+    config.stash[_PROCESSES] = session = Session(controller=not hasattr(config, "workerinput"))
+    session.install_signal_handlers()
+
+
+def pytest_unconfigure(config):
+    session = config.stash.get(_PROCESSES, None)
+    if session is not None and (killed := session.finish()):
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter:
+            reporter.write_line(f"ended {len(killed)} processes the tests had left running: {killed}", yellow=True)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """A skipped test is a failed run: on a fresh clone with ``bin/setup`` every test has what it needs,
     so a skip could only hide a check that did not run (a missing package, a file outside the checkout)."""
