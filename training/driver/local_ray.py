@@ -3,7 +3,7 @@
 ``ray start --head --block`` runs in its own process group, so stopping it
 stops exactly the processes it started (raylet, GCS, dashboard, workers) and
 nothing else on the machine; ``ray stop`` would kill every Ray on the host.
-Every port is picked free, so two local heads (two test sessions) coexist.
+Every port is picked free (its workers' too), so two local heads (two test sessions) coexist.
 ``LocalRayNode`` adds a second node to such a head, for a drill that loses a
 whole node (``tests/drill.py``).
 
@@ -49,6 +49,10 @@ _PORT_FLAGS = (
     "--node-manager-port",
     "--object-manager-port",
 )
+
+WORKER_PORTS_FREE = ("--min-worker-port=0", "--max-worker-port=0")
+"""Each worker process binds a port the system picks (as Ray's own ``cluster_utils`` starts its nodes), not one of
+``ray start``'s fixed 10002-19999, which every other Ray on this machine hands out too."""
 
 
 def free_ports(count: int) -> list[int]:
@@ -123,6 +127,7 @@ class LocalRayHead(Started):
             f"--temp-dir={self._temp_dir}",
             "--disable-usage-stats",
             *(f"{flag}={port}" for flag, port in ports.items()),
+            *WORKER_PORTS_FREE,
         ]
 
     def _env(self) -> dict[str, str]:
@@ -272,10 +277,14 @@ class LocalRayNode(Started):
             time.sleep(0.5)
         bin_dir = Path(sys.executable).parent
         ports = dict(zip(_NODE_PORT_FLAGS, free_ports(len(_NODE_PORT_FLAGS))))
+        # A directory of its own, as each pod of a cluster has: by default a node shares the head's, and then every
+        # node's log monitor publishes every node's worker logs (each line of a job's log once per node).
+        temp_dir = tempfile.mkdtemp(prefix="n", dir=self.head._temp_dir)
         cmd = [
             str(bin_dir / "ray"), "start", f"--address={self.head.gcs_address}", "--block",
             "--node-ip-address=127.0.0.1", f"--num-cpus={self.num_cpus}", "--object-store-memory=268435456",
-            "--disable-usage-stats", *(f"{flag}={port}" for flag, port in ports.items()),
+            f"--temp-dir={temp_dir}",
+            "--disable-usage-stats", *(f"{flag}={port}" for flag, port in ports.items()), *WORKER_PORTS_FREE,
             *([f"--resources={json.dumps(self.resources)}"] if self.resources else []),
         ]
         env = {**caller_env(), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **self.env,
