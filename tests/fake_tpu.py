@@ -291,9 +291,11 @@ def lose_a_slice(cluster: FakeTpuCluster, job: Submission, lost: str, timeout_s:
         if time.monotonic() > deadline:
             raise AssertionError(f"no kill window reached in {timeout_s:.0f} s")
         time.sleep(0.5)
-        _, progress = read_job(cluster.head, sid)
         saved = [c for c in committed_checkpoints(checkpoints) if c >= period]
-        if saved and progress.steps and max(progress.steps) > max(saved):
+        if not saved:  # the directory first: the whole log is read only once there is a checkpoint to pass
+            continue
+        _, progress = read_job(cluster.head, sid)
+        if progress.steps and max(progress.steps) > max(saved):
             break
     killed_pid = cluster.slices[lost][0].proc.pid
     cluster.kill_slice(lost)

@@ -33,7 +33,9 @@ from gke_ray_tpu.core.job_spec import COLD_START_TIMEOUT_S
 from tests.fake_tpu import (
     TEST_STACK, FakeTpuCluster, elastic_job, hosts_by_group, lose_a_slice, read_job, submission, submit, tpu_stack, wait_for_end,
 )
+from tests.drill import committed_checkpoints
 from tests.fake_tpu_job.__main__ import SLICE_WAIT_ENV
+from tests.fake_tpu_job.hold import HOLD_ENV
 
 ELASTIC_STEPS = 16
 PERIOD = 4
@@ -162,18 +164,22 @@ def test_a_slice_that_never_comes_fails_the_run_once_the_wait_ends(slice_loss, c
     assert "Ray Train could not place 4 workers (v5p-16 slices) in 30 s (2 waits)" in log, log[-3000:]
 
 
-GROWTH_STEPS = 400
-"""Long enough that the run is still training when Ray Train's elastic policy next looks for more slices (every
-``ScalingConfig.elastic_resize_monitor_interval_s``, 60 s in Ray 2.60) after the second slice came."""
+GROWTH_STEPS = 8
+"""The run's steps: the one-slice group trains steps 0..PERIOD and holds after its checkpoint of step PERIOD
+(``tests/fake_tpu_job/hold.py``) until Ray Train's elastic policy, which looks for more slices every
+``ScalingConfig.elastic_resize_monitor_interval_s`` (60 s in Ray 2.60), replaces it; the group of both slices
+trains the rest."""
 
 
 def test_an_elastic_run_started_on_one_slice_takes_the_second_when_it_comes(slice_loss, cluster, stack, tmp_path):
     lost = cluster.slice_names()[-1]  # slice_loss killed it: one slice is up
-    job = elastic_job(stack, tmp_path, "fake-tpu-grow", GROWTH_STEPS, 20)
-    sid = submit(cluster.head, job)
+    job = elastic_job(stack, tmp_path, "fake-tpu-grow", GROWTH_STEPS, PERIOD)
+    sid = submit(cluster.head, job, {HOLD_ENV: str(PERIOD)})
     deadline = time.monotonic() + JOB_TIMEOUT_S
-    while not read_job(cluster.head, sid)[1].steps:  # training on the one slice
-        assert time.monotonic() < deadline, read_job(cluster.head, sid)[0][-3000:]
+    # Training on the one slice, up to its checkpoint of step PERIOD (committed).
+    while PERIOD not in committed_checkpoints(job.run_dir / "checkpoints"):
+        ended = cluster.head.jobs().get_job_status(sid).is_terminal()
+        assert time.monotonic() < deadline and not ended, read_job(cluster.head, sid)[0][-3000:]
         time.sleep(1)
     # The lost slice's hosts must be gone from Ray's view first: a host started again joins as a new node.
     while sum(1 for node in cluster.head.state("nodes") if node.state == "ALIVE") > 1 + stack.hosts:
@@ -189,7 +195,8 @@ def test_an_elastic_run_started_on_one_slice_takes_the_second_when_it_comes(slic
     assert lost in {h.settings["TPU_NAME"] for h in last}
     assert "Deciding to resize the worker group from 2 -> 4 workers" in log
     # The larger group went on from the one slice's last checkpoint, not from the start.
-    assert progress.groups[-1].restored_step is not None and max(progress.steps) == GROWTH_STEPS - 1
+    assert progress.groups[-1].restored_step == PERIOD and max(progress.steps) == GROWTH_STEPS - 1
+    assert sorted(progress.groups[-1].steps) == list(range(PERIOD + 1, GROWTH_STEPS))
 
 
 @pytest.mark.parametrize("wait_s", [7, 20, 900, 1800, 4000])

@@ -4,7 +4,8 @@ with the argv a TPU stack's job has, and one piece of it stood in.
 The TPU workers' runtime env installs what the head lacks of the lock (with libtpu) through uv, which needs
 PyPI and a TPU host; here the workers run the MaxText of this venv with JAX on CPU instead. Everything else, the
 ScalingConfig (use_tpu, topology, accelerator type, TPU per worker, SPREAD), the FailureConfig and the
-rest of the RunConfig, is the trainer's own. Shipped to the job as a package of its own (``py_modules``), run as ``python -m fake_tpu_job``.
+rest of the RunConfig, is the trainer's own; a test may also hold a one-slice group after a checkpoint (``hold``).
+Shipped to the job as a package of its own (``py_modules``), run as ``python -m fake_tpu_job``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import os
 import sys
 
 from gke_ray_tpu.training.worker import trainer
+
+from . import hold
 
 CPU_STAND_IN_ENV = {**trainer.WORKER_ENV, "JAX_PLATFORMS": "cpu"}
 """The workers' environment in place of the uv install: the trainer's own variables, JAX on CPU."""
@@ -35,6 +38,8 @@ def main() -> int:
     trainer.run_config = _stand_in_run_config
     if SLICE_WAIT_ENV in os.environ:
         trainer.SLICE_WAIT_S = float(os.environ[SLICE_WAIT_ENV])
+    if hold.HOLD_ENV in os.environ:
+        trainer.train_loop_per_worker = hold.train_loop_per_worker
     return trainer.main(sys.argv[1:])
 
 
