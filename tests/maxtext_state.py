@@ -1,11 +1,13 @@
 """MaxText's own abstract train state, one JSON line per model: every weight's path, shape and partitioning.
 
-``python tests/maxtext_state.py '<key=value ...>' MODEL ...`` builds, for each model, the train state
+``python tests/maxtext_state.py '<key=value ...>' MODEL ... [-- '<key=value ...>' MODEL ...]`` builds, for each
+model under each group's keys (one process, one MaxText import for them all), the train state
 MaxText's AOT compile builds (``train_compile.get_topology_mesh`` and ``get_shaped_inputs``: shapes
 only, nothing compiled or allocated) for the TPU topology the keys name, and prints
-``{"model", "mesh", "weights": [[path, shape, spec], ...], "sufficiently_sharded"}`` with each spec as MaxText
+``{"settings", "model", "mesh", "weights": [[path, shape, spec], ...], "sufficiently_sharded"}`` with each spec as MaxText
 shards the weight (its size-one mesh axes dropped) and whether the trainer's
-``assert_params_sufficiently_sharded`` takes the weights, or ``{"model", "error"}`` where MaxText refuses the run.
+``assert_params_sufficiently_sharded`` takes the weights, or ``{"settings", "model", "error"}`` where MaxText refuses
+the run.
 ``tests/test_estimates_sharding.py`` compares it with ``gke_ray_tpu.core.sharding``.
 """
 
@@ -28,6 +30,7 @@ def _path(keys) -> str:
 
 
 def main(settings: str, models: list[str]) -> None:
+    """One group: ``models`` under the keys ``settings``."""
     import jax
     from flax import nnx
     from maxtext.configs import pyconfig
@@ -40,7 +43,8 @@ def main(settings: str, models: list[str]) -> None:
             mesh = train_compile.get_topology_mesh(config)
             (state, _), _, shardings, _, _ = train_compile.get_shaped_inputs(mesh, config)
         except Exception as error:  # noqa: BLE001 - MaxText refuses with anything
-            print(json.dumps({"model": model, "error": f"{type(error).__name__}: {error}"[:500]}), flush=True)
+            print(json.dumps({"settings": settings, "model": model, "error": f"{type(error).__name__}: {error}"[:500]}),
+                  flush=True)
             continue
         weights = []
         leaves = jax.tree_util.tree_leaves_with_path(state)
@@ -57,9 +61,17 @@ def main(settings: str, models: list[str]) -> None:
             sufficient = True
         except AssertionError:
             sufficient = False
-        print(json.dumps({"model": model, "mesh": mesh_sizes, "weights": weights, "sufficiently_sharded": sufficient}),
-              flush=True)
+        print(json.dumps({"settings": settings, "model": model, "mesh": mesh_sizes, "weights": weights,
+                          "sufficiently_sharded": sufficient}), flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:])
+    groups, group = [], []
+    for arg in [*sys.argv[1:], "--"]:
+        if arg == "--":
+            groups.append(group)
+            group = []
+        else:
+            group.append(arg)
+    for settings, *models in groups:
+        main(settings, models)

@@ -48,14 +48,27 @@ ONE_OF_EACH_KIND = ("llama3-8b", "gemma-7b", "gemma2-2b", "gemma3-4b", "gemma4-3
                     "qwen2.5-1.5b", "qwen3-0.6b", "mistral-7b")
 
 
-def _maxtext_states(mesh: str, models) -> dict[str, dict]:
+def _settings(mesh: str) -> str:
     target, keys = MESHES[mesh]
-    settings = " ".join([target, *(f"{k}={v}" for k, v in keys.items()),
-                         "per_device_batch_size=1", "run_name=state", "base_output_directory=/tmp/state"])
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "tests" / "maxtext_state.py"), settings, *models],
-                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=True)
+    return " ".join([target, *(f"{k}={v}" for k, v in keys.items()),
+                     "per_device_batch_size=1", "run_name=state", "base_output_directory=/tmp/state"])
+
+
+@pytest.fixture(scope="module")
+def maxtext_states() -> dict[str, dict[str, dict]]:
+    """MaxText's states for every case of the test below, built in one process (one MaxText import): by mesh,
+    then model."""
+    argv = []
+    for mesh, models in CASES:
+        argv += ["--", _settings(mesh), *(models or modelled_models())]
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "tests" / "maxtext_state.py"), *argv[1:]],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, check=True)
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    return {line["model"]: line for line in lines}
+    by_settings = {_settings(mesh): mesh for mesh in MESHES}
+    states: dict[str, dict[str, dict]] = {mesh: {} for mesh in MESHES}
+    for line in lines:
+        states[by_settings[line.pop("settings")]][line["model"]] = line
+    return states
 
 
 def _ours(model: str, keys: dict, mesh_sizes: dict) -> dict:
@@ -71,19 +84,22 @@ def _ours(model: str, keys: dict, mesh_sizes: dict) -> dict:
     return found
 
 
-@pytest.mark.parametrize("mesh, models", [
+CASES = [
     ("presets", None),
     ("every axis", ONE_OF_EACH_KIND),
     ("transposed", ONE_OF_EACH_KIND),
     ("context autoregressive", ("llama3-8b", "gemma2-2b", "gpt3-6b")),
-])
-def test_every_weight_is_the_one_maxtext_builds_and_shards(mesh, models):
+]
+
+
+@pytest.mark.parametrize("mesh, models", CASES)
+def test_every_weight_is_the_one_maxtext_builds_and_shards(mesh, models, maxtext_states):
     """Path, shape and mesh axes of every weight, for every model the estimates model (the presets' mesh) and
     one model of each layer kind on meshes that use the other axes: as MaxText's AOT compile builds them."""
     models = models or modelled_models()
     if mesh != "context autoregressive":
         assert {model_shape({"model_name": m}).decoder_block for m in models} >= set(MODELLED_DECODER_BLOCKS) - {"default"}
-    states = _maxtext_states(mesh, models)
+    states = maxtext_states[mesh]
     target, keys = MESHES[mesh]
     shape = slice_shape("v6e", "4x4") if "v6e" in target else slice_shape("v5p", "2x2x2")
     slices = int(target.rsplit("=", 1)[1])
