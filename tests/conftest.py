@@ -36,6 +36,20 @@ def pytest_unconfigure(config):
             reporter.write_line(f"ended {len(killed)} processes the tests had left running: {killed}", yellow=True)
 
 
+DURATIONS = REPO_ROOT / "tests" / "durations.json"
+"""Seconds per test file in the last measured run (written by ``bench/bench_suite_time.py --write-durations``)."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Longest files first (``DURATIONS``; a file not measured yet after them, in collection order). pytest.ini runs
+    the tests on xdist workers a file at a time (``--dist loadfile``: a module's fixtures, a fake-TPU cluster say,
+    are set up once), each file to the next free worker in this order, so the longest do not start last."""
+    import json
+
+    seconds = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::", 1)[0], 0.0))
+
+
 def pytest_sessionfinish(session, exitstatus):
     """A skipped test is a failed run: on a fresh clone with ``bin/setup`` every test has what it needs,
     so a skip could only hide a check that did not run (a missing package, a file outside the checkout)."""
