@@ -150,7 +150,14 @@ def pytest_configure(config):
 
 def pytest_runtest_logstart(nodeid, location):
     if _recorder is not None:
-        _recorder.current = {"nodeid": nodeid, "kinds": {}, "phases": {}, "maxtext_before": "maxtext" in sys.modules}
+        _recorder.current = {"nodeid": nodeid, "kinds": {}, "phases": {}, "maxtext_before": "maxtext" in sys.modules,
+                             "cpu_before": _cpu_s()}
+
+
+def _cpu_s() -> float:
+    """CPU seconds of pytest's process and of the children it (or they, down the line) waited for."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def pytest_runtest_logreport(report):
@@ -168,6 +175,7 @@ def pytest_runtest_logfinish(nodeid, location):
         record["kinds"].setdefault("MaxText", 0.0)  # this test imported MaxText into pytest's process
     record.pop("maxtext_before", None)
     record.pop("_", None)
+    record["cpu_s"] = _cpu_s() - record.pop("cpu_before")
     with open(_recorder.path, "a") as f:
         f.write(json.dumps(record) + "\n")
     _recorder.current = None
@@ -218,6 +226,7 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 def report(records: dict[str, dict], before: dict[str, float] | None, wall: dict[str, float]) -> str:
     out = []
     seconds = {n: r["seconds"] for n, r in records.items()}
+    cpu = {n: r.get("cpu_s", 0.0) for n, r in records.items()}
     kinds = {n: kind_of(r["kinds"]) for n, r in records.items()}
     total = sum(seconds.values())
     by_file = defaultdict(list)
@@ -227,34 +236,39 @@ def report(records: dict[str, dict], before: dict[str, float] | None, wall: dict
     for n, s in (before or {}).items():
         before_file[_file(n)].append(s)
     files = sorted(set(by_file) | set(before_file), key=lambda f: -sum(by_file.get(f, [0])))
-    header = ["file", "tests", "s", "share"] + (["tests before", "s before", "after/before"] if before else [])
+    cpu_file = defaultdict(float)
+    for n, c in cpu.items():
+        cpu_file[_file(n)] += c
+    header = ["file", "tests", "s", "share", "cpu s"] + (["tests before", "s before", "after/before"] if before else [])
     rows = []
     for f in files:
         now = sum(by_file.get(f, []))
-        row = [f, len(by_file.get(f, [])), f"{now:.1f}", f"{now / total:.1%}" if total else "-"]
+        row = [f, len(by_file.get(f, [])), f"{now:.1f}", f"{now / total:.1%}" if total else "-", f"{cpu_file[f]:.0f}"]
         if before:
             was = sum(before_file.get(f, []))
             row += [len(before_file.get(f, [])), f"{was:.1f}", f"{now / was:.2f}" if was else "-"]
         rows.append(row)
     btotal = sum((before or {}).values())
-    rows.append(["all", len(seconds), f"{total:.1f}", "100%"] + (
+    rows.append(["all", len(seconds), f"{total:.1f}", "100%", f"{sum(cpu.values()):.0f}"] + (
         [len(before), f"{btotal:.1f}", f"{total / btotal:.2f}" if btotal else "-"] if before else []))
-    out += ["Per file (seconds summed over the tests: setup + call + teardown)", _table(rows, header), ""]
+    out += ["Per file (seconds summed over the tests: setup + call + teardown; cpu s: CPU seconds of pytest's process "
+            "and of the children it waited for)", _table(rows, header), ""]
 
     out.append("Slowest 20 tests")
     slow = sorted(seconds, key=lambda n: -seconds[n])[:20]
-    out.append(_table([[n, f"{seconds[n]:.1f}", kinds[n]] + ([f"{before[n]:.1f}" if n in before else "-"]
-                                                             if before else []) for n in slow],
-                      ["test", "s", "kind"] + (["s before"] if before else [])))
+    out.append(_table([[n, f"{seconds[n]:.1f}", f"{cpu[n]:.0f}", kinds[n]] + (
+        [f"{before[n]:.1f}" if n in before else "-"] if before else []) for n in slow],
+        ["test", "s", "cpu s", "kind"] + (["s before"] if before else [])))
     out.append("")
 
-    header = ["kind", "tests", "s", "share", "s inside"] + (["s before", "after/before"] if before else [])
+    header = ["kind", "tests", "s", "share", "cpu s", "s inside"] + (["s before", "after/before"] if before else [])
     rows = []
     for kind in KINDS:
         tests = [n for n in records if kinds[n] == kind]
         inside = sum(r["kinds"].get(kind, 0.0) for r in records.values())
         now = sum(seconds[n] for n in tests)
-        row = [kind, len(tests), f"{now:.1f}", f"{now / total:.1%}" if total else "-", f"{inside:.1f}"]
+        row = [kind, len(tests), f"{now:.1f}", f"{now / total:.1%}" if total else "-",
+               f"{sum(cpu[n] for n in tests):.0f}", f"{inside:.1f}"]
         if before:
             was = sum(s for n, s in before.items() if kinds.get(n, "Python only") == kind)
             row += [f"{was:.1f}", f"{now / was:.2f}" if was else "-"]
