@@ -301,7 +301,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the records and this run's junit go (default: %(default)s)")
     parser.add_argument("--report", action="store_true", help="print the report of the records in --out; run nothing")
     parser.add_argument("--write-durations", type=Path, metavar="JSON",
-                        help="write this run's seconds per file there (tests/durations.json orders the files)")
+                        help="write this run's seconds per file there (tests/durations.json orders the files), "
+                             "and with --setup-seconds the run's wall time (the workflow's timeout follows it)")
+    parser.add_argument("--setup-seconds", type=int, metavar="S",
+                        help="bin/setup's seconds on the fresh clone this run was measured on")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     wall = {}
@@ -337,8 +340,12 @@ def main(argv: list[str] | None = None) -> int:
         by_file = defaultdict(float)
         for nodeid, record in records.items():
             by_file[_file(nodeid)] += record["seconds"]
-        args.write_durations.write_text(json.dumps(
-            {f: round(s, 1) for f, s in sorted(by_file.items(), key=lambda kv: -kv[1])}, indent=0) + "\n")
+        measured = {"tests": len(records), "pytest_s": round(wall["pytest's summary"]),
+                    "setup_s": args.setup_seconds, "cores": os.cpu_count()} if args.setup_seconds else None
+        args.write_durations.write_text(json.dumps({
+            "measured": measured,
+            "files": {f: round(s, 1) for f, s in sorted(by_file.items(), key=lambda kv: -kv[1])},
+        }, indent=1) + "\n")
     return 0
 
 

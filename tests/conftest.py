@@ -37,7 +37,9 @@ def pytest_unconfigure(config):
 
 
 DURATIONS = REPO_ROOT / "tests" / "durations.json"
-"""Seconds per test file in the last measured run (written by ``bench/bench_suite_time.py --write-durations``)."""
+"""The last measured run of the suite (``bench/bench_suite_time.py --write-durations``): ``files``, seconds per test
+file; ``measured``, pytest's and bin/setup's wall time on a fresh clone (the workflow's timeout follows them,
+tests/test_workflow.py)."""
 
 
 def pytest_collection_modifyitems(config, items):
@@ -46,7 +48,7 @@ def pytest_collection_modifyitems(config, items):
     are set up once), each file to the next free worker in this order, so the longest do not start last."""
     import json
 
-    seconds = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+    seconds = json.loads(DURATIONS.read_text())["files"] if DURATIONS.is_file() else {}
     items.sort(key=lambda item: -seconds.get(item.nodeid.split("::", 1)[0], 0.0))
 
 

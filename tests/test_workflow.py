@@ -12,6 +12,7 @@ version-pinned; permissions are least-privilege per job.
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -87,6 +88,19 @@ def test_workflow_matches_the_github_workflow_schema(workflow):
 def test_every_job_has_a_timeout(workflow):
     schema = _vendored_schema("custom/github-workflows-require-timeout.json")
     assert list(jsonschema.Draft7Validator(schema).iter_errors(workflow)) == []
+
+
+TIMEOUT_MARGIN = 1.5
+"""The test job's timeout is the measured fresh-clone run (bin/setup, then pytest, on 2 cores) times this."""
+
+
+def test_the_test_jobs_timeout_is_the_measured_run_with_its_margin(workflow):
+    """tests/durations.json holds the last measured run (``bench/bench_suite_time.py --write-durations``): a suite
+    that grows past the timeout, or a timeout left far above it, shows here after the next measurement."""
+    measured = json.loads((ROOT / "tests" / "durations.json").read_text())["measured"]
+    assert measured["cores"] == 2, measured  # what a 2-core runner has
+    minutes = math.ceil(TIMEOUT_MARGIN * (measured["setup_s"] + measured["pytest_s"]) / 60)
+    assert workflow["jobs"]["test"]["timeout-minutes"] == minutes, measured
 
 
 def test_check_jsonschema_cli_accepts_the_workflow():
