@@ -23,6 +23,8 @@ from gke_ray_tpu.training.driver.local_ray import LocalRayHead, LocalRayNode
 from tests.processes import MARKER_ENV
 
 READY_ENV = "SESSION_TARGET_READY"
+START_BOUND_S = 600
+"""A bound on starting the head and the node on a loaded 2-core machine (three such sessions start at once)."""
 CHILD_ONLY_ENV = "SESSION_TARGET_CHILD_ONLY"
 """Set: the child only, no Ray (a session that is SIGKILLed, where only its watchdog acts, whatever it started)."""
 
@@ -30,8 +32,9 @@ CHILD_ONLY_ENV = "SESSION_TARGET_CHILD_ONLY"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     out = tmp_path_factory.mktemp("ray")
-    with LocalRayHead(num_cpus=1, log_path=out / "head.log", multi_node=True) as head, \
-            LocalRayNode(head, num_cpus=1, log_path=out / "node.log", resources={"TPU": 4}) as node:
+    with LocalRayHead(num_cpus=1, log_path=out / "head.log", multi_node=True, startup_timeout_s=START_BOUND_S) as head, \
+            LocalRayNode(head, num_cpus=1, log_path=out / "node.log", resources={"TPU": 4},
+                         startup_timeout_s=START_BOUND_S) as node:
         yield head, node
 
 

@@ -22,10 +22,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.processes import MARKER_ENV, marked, new_marker, registry, start_watchdog, sweep_stale
-from tests.session_target import CHILD_ONLY_ENV, READY_ENV
-
-START_BOUND_S = 600
-"""A bound on starting three sessions, each with a Ray head and a node, on a loaded 2-core machine."""
+from tests.session_target import CHILD_ONLY_ENV, READY_ENV, START_BOUND_S
 
 
 def _session(tmp_path, name: str, ray: bool) -> tuple[subprocess.Popen, Path]:
