@@ -16,7 +16,14 @@
 ``training/`` (the job) and ``stack/`` (this repository's program) import from here; nothing here imports them.
 """
 
+import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 """The checkout: where Pulumi.yaml, pyproject.toml and the local run directories are."""
+
+
+def user_cache(part: str) -> Path:
+    """``$XDG_CACHE_HOME/gke-ray-tpu/<part>`` (``~/.cache`` by default): what this machine keeps between commands,
+    by content (XLA's verdicts, a submitted run's code), never in the checkout."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gke-ray-tpu" / part

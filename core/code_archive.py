@@ -25,6 +25,7 @@ import zipfile
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from gke_ray_tpu.core import user_cache
 from gke_ray_tpu.core.job_spec import DATA_MOUNT, SHIPPED_PACKAGES
 
 SUFFIXES = (".py", ".yml", ".toml")
@@ -55,11 +56,11 @@ def package_files(packages: Iterable[str] = SHIPPED_PACKAGES) -> dict[str, Path]
     return files
 
 
-def staged_package(files: Mapping[str, Path], under: Path) -> Path:
-    """The archive's files as a folder, ``under/_code/<digest>/gke_ray_tpu``: what Ray's ``py_modules`` uploads for
-    a submitted run (it takes folders, not zips), so a submitted run ships what a declared run's archive holds.
+def staged_package(files: Mapping[str, Path]) -> Path:
+    """The archive's files as a folder, ``<user cache>/code/<digest>/gke_ray_tpu``: what Ray's ``py_modules`` uploads
+    for a submitted run (it takes folders, not zips), so a submitted run ships what a declared run's archive holds.
     Written once per content; a later run of the same code reuses it."""
-    root = under / ARCHIVE_DIR / digest(files)
+    root = user_cache("code") / digest(files)
     top = root / next(iter(files)).split("/")[0]
     if not top.is_dir():
         root.parent.mkdir(parents=True, exist_ok=True)

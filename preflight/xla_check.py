@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional
 
 from gke_ray_tpu.core.libtpu_flags import DCN_INTERFACE_FLAG, libtpu_init_args
-from gke_ray_tpu.core import REPO_ROOT, worker_env
+from gke_ray_tpu.core import REPO_ROOT, user_cache, worker_env
 from gke_ray_tpu.core.job_spec import JobSpec
 from gke_ray_tpu.core.maxtext import configs_dir, render
 from gke_ray_tpu.core.tpu_catalogue import SliceShape
@@ -134,7 +134,7 @@ def cache_dir() -> Path:
     override = os.environ.get(CACHE_DIR_ENV)
     if override:
         return Path(override)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gke-ray-tpu" / "compile-check"
+    return user_cache("compile-check")
 
 
 def versions() -> dict[str, str]:

@@ -29,10 +29,10 @@ LOCAL_WORKERS = 2
 """Two CPU workers: the smallest run that is still multi-process SPMD (and fits 2 cores)."""
 
 
-def shipped(out_dir: Path) -> list[str]:
+def shipped() -> list[str]:
     """What Ray uploads for the job: the packages a job imports (``SHIPPED_PACKAGES``), the files a declared run's
-    archive holds, staged as one folder under the run directories; not the repository."""
-    return [str(code_archive.staged_package(code_archive.package_files(), out_dir))]
+    archive holds, staged as one folder (:func:`gke_ray_tpu.core.code_archive.staged_package`); not the repository."""
+    return [str(code_archive.staged_package(code_archive.package_files()))]
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def for_cluster(request: SubmitRequest, outputs: StackOutputs) -> Submission:
         archived = archived_command(spec, code_archive.sha256(code_files), cold_start=True)
         command, env = archived.entrypoint, dict(archived.runtime_env)
     else:
-        env = runtime_env(py_modules=shipped(out_dir))
+        env = runtime_env(py_modules=shipped())
         command = entrypoint(spec)
     return Submission(
         spec=spec,
@@ -174,7 +174,7 @@ def for_local(request: SubmitRequest) -> Submission:
         spec=spec,
         # The driver runs on this machine: this interpreter, not whatever `python` is on PATH.
         entrypoint=entrypoint(spec, python=shlex.quote(sys.executable)),
-        runtime_env=_on_cpu(runtime_env(py_modules=shipped(out_dir))),
+        runtime_env=_on_cpu(runtime_env(py_modules=shipped())),
         checkpoints=run_location(spec, "checkpoints"),
         run_dir=out_dir / spec.run_name,
     )
