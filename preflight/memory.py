@@ -105,14 +105,19 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 from gke_ray_tpu.core.errors import ConfigError
-from gke_ray_tpu.preflight.flops import check_batch_and_length
 from gke_ray_tpu.preflight.mesh import Mesh, resolve_mesh
 from gke_ray_tpu.core.models import Layer, ModelShape, layer_weights, get_model, model_shape
 from gke_ray_tpu.core.sharding import logical_to_mesh, run_mesh
-from gke_ray_tpu.core.maxtext import resolved_config
+from gke_ray_tpu.core.maxtext import check_settings, resolved_config
 from gke_ray_tpu.core.tpu_catalogue import SliceShape
 
 GIB = 2**30
+
+
+def check_batch_and_length(per_device_batch_size: object, max_target_length: object) -> None:
+    """The two MaxText batch keys every estimate reads, under MaxText's own rules."""
+    check_settings({"per_device_batch_size": per_device_batch_size, "max_target_length": max_target_length})
+
 
 ESTIMATE_OVER_XLA = (0.68, 1.67)
 """The estimate divided by XLA's peak (or, for a run XLA refuses, by what it says it needs), lowest and

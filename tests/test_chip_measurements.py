@@ -1,7 +1,8 @@
 """The preflight's rules against what a TPU v5e chip measured (``bench/data/chip_v5e.json``, ``bench/bench_chip.py``).
 
 Each test relates a rule to the measurements: the runtime's reserve beyond XLA's peak against what the chip's
-allocator held, ``remat_policy=none`` against ``full`` as the chip ran both. No compile and no chip here: the data are what a lent chip and the compile check wrote.
+allocator held, ``remat_policy=none`` against ``full`` as the chip ran both, the step-time estimate against the
+chip's steady steps. No compile and no chip here: the data are what a lent chip and the compile check wrote.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 
 from gke_ray_tpu.core.tpu_catalogue import slice_shape
 from gke_ray_tpu.preflight import xla_check
+from gke_ray_tpu.preflight.flops import DEFAULT_MFU, MEASURED, estimate_step_time
 from gke_ray_tpu.preflight.memory import estimate_hbm
 from tests.conftest import REPO_ROOT
 
@@ -108,3 +110,29 @@ def test_remat_none_is_full_on_the_chip_and_in_the_estimate():
         args = (s["model_name"], V5E_1X1, 1, s, s["per_device_batch_size"], s["max_target_length"])
         dtype = {"weight_dtype": s.get("weight_dtype", "float32")}
         assert estimate_hbm(*args, "none", **dtype).total_gib == estimate_hbm(*args, "full", **dtype).total_gib
+
+
+def _step(run: dict, **kwargs) -> float:
+    s = run["settings"]
+    return estimate_step_time(s["model_name"], V5E_1X1, s["per_device_batch_size"], s["max_target_length"],
+                              remat_policy=s["remat_policy"], **kwargs).seconds
+
+
+def test_the_step_time_is_within_its_stated_error_on_every_run_the_chip_trained():
+    measured = MEASURED["v5e"]
+    assert measured.runs == len(RAN)
+    errors = {run["name"]: _step(run) / statistics.median(run["chip"]["step_seconds"]) - 1 for run in RAN}
+    assert max(abs(e) for e in errors.values()) <= measured.error, errors
+    # Long sequences are in it: attention is half of the 32k run's FLOPs.
+    assert max(run["settings"]["max_target_length"] for run in RAN) >= 32768
+
+
+def test_the_measured_step_time_is_closer_than_the_assumed_mfu():
+    """The assumed 45% MFU missed the chip by up to a fifth; the measured constants do better on every model."""
+    def worst(runs, **kwargs):
+        return max(abs(_step(run, **kwargs) / statistics.median(run["chip"]["step_seconds"]) - 1) for run in runs)
+
+    assert worst(RAN, mfu=DEFAULT_MFU) > MEASURED["v5e"].error
+    for model in {run["settings"]["model_name"] for run in RAN}:
+        runs = [run for run in RAN if run["settings"]["model_name"] == model]
+        assert worst(runs) < worst(runs, mfu=DEFAULT_MFU), model
