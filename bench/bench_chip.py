@@ -49,7 +49,8 @@ from gke_ray_tpu.core.errors import ConfigError  # noqa: E402
 from gke_ray_tpu.preflight.memory import estimate_hbm_from_config  # noqa: E402
 from gke_ray_tpu.core.tpu_catalogue import slice_shape  # noqa: E402
 from gke_ray_tpu.preflight.flops import DEFAULT_MFU, estimate_step_time  # noqa: E402
-from gke_ray_tpu.preflight.xla_check import CompileRequest, XlaResult, compile_check, request_for_job  # noqa: E402
+from gke_ray_tpu.preflight.xla_check import (  # noqa: E402
+    LARGE_BUFFER_GIB, RUNTIME_RESERVE_GIB, CompileRequest, XlaResult, compile_check, request_for_job)
 
 DATA = REPO / "bench" / "data" / "chip_v5e.json"
 GIB = 2**30
@@ -379,25 +380,22 @@ def _gib(value: Optional[float], suffix: str = "") -> str:
 
 
 def render(page: str) -> str:
-    """The tables of ``page`` (``bench``: bench/README.md's; ``docs``: docs/preflight.md's) from the data."""
+    """``page``'s block from the data: bench/README.md's tables (``bench``), docs/preflight.md's lines (``docs``)."""
     data = json.loads(DATA.read_text())
     lines: list[str] = []
     runs = data["runs"]
     if page == "docs":
-        lines.append("| run (Qwen 3 0.6B unless named) | XLA's peak | the chip used | the check's reserve | "
-                     "the check's verdict | step s, the chip / the estimate |")
-        lines.append("|---|---|---|---|---|---|")
-        for run in runs:
-            if run["name"] not in DOCS_ROWS:
-                continue
-            chip, result = run["chip"], check_result(run)
-            verdict = "fits, WARNING" if result.within_reserve else "fits" if result.fits else "does NOT fit"
-            peak = _gib(chip["xla_peak_gib"]) if chip["xla_peak_gib"] else f"needs {chip['xla_needed_gib']:.2f}"
-            steady = _steady(chip)
-            step = "-" if steady is None else f"{steady:.3f} / {step_estimate(run).seconds:.3f}"
-            lines.append(f"| {run['name'].replace('qwen3-0.6b ', '')} | {peak} | {_gib(_chip_used(chip))} | "
-                         f"{result.runtime_reserve_gib:.2f} | {verdict} | {step} |")
-        return "\n".join(lines)
+        ran = [(run, check_result(run)) for run in runs if _chip_used(run["chip"]) is not None]
+        beyond = {run["name"]: _chip_used(run["chip"]) - run["chip"]["xla_peak_gib"] for run, _ in ran}
+        large = [beyond[run["name"]] for run, result in ran if result.largest_buffer_gib > LARGE_BUFFER_GIB]
+        small = [beyond[run["name"]] for run, result in ran if result.largest_buffer_gib <= LARGE_BUFFER_GIB]
+        before = [step_estimate(run, mfu=DEFAULT_MFU).seconds / _steady(run["chip"]) for run, _ in ran]
+        now = [step_estimate(run).seconds / _steady(run["chip"]) for run, _ in ran]
+        return (f"On a v5e chip ([{len(ran)} runs](../bench/README.md#the-preflight-against-a-chip)) the runtime held "
+                f"{min(small):.2f}-{max(small):.2f} GiB beyond XLA's peak, {min(large):.2f}-{max(large):.2f} with a "
+                f"buffer over {LARGE_BUFFER_GIB:g} GiB: the check warns within {RUNTIME_RESERVE_GIB} GiB or a third of "
+                f"such a buffer. `none` ran as `full`. Step time/chip: {min(now):.2f}-{max(now):.2f} (45% MFU: "
+                f"{min(before):.2f}-{max(before):.2f}).")
     chip_versions = data["chip"]
     lines.append(f"On the chip: {chip_versions['device']}, Python {chip_versions['python']}, JAX {chip_versions['jax']}, "
           f"libtpu {chip_versions['libtpu']}; the compile check here: libtpu {runs[0]['check']['libtpu']}, MaxText "
@@ -475,12 +473,6 @@ def fit(args) -> None:
 
 def table(args) -> None:
     print(render(args.page))
-
-
-DOCS_ROWS = ("qwen3-0.6b pdbs 1 seq 2048 full", "qwen3-0.6b pdbs 8 seq 2048 full", "qwen3-0.6b pdbs 8 seq 2048 none",
-             "qwen3-0.6b pdbs 9 seq 2048 full", "qwen3-0.6b pdbs 10 seq 2048 full", "qwen3-0.6b pdbs 2 seq 8192 full",
-             "default bf16 pdbs 1 seq 32768 full")
-"""The runs docs/preflight.md shows: through the limit, none beside full, and a long sequence."""
 
 
 def main() -> None:

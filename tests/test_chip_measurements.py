@@ -7,7 +7,9 @@ chip's steady steps. No compile and no chip here: the data are what a lent chip 
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 import statistics
 
 import pytest
@@ -136,3 +138,15 @@ def test_the_measured_step_time_is_closer_than_the_assumed_mfu():
     for model in {run["settings"]["model_name"] for run in RAN}:
         runs = [run for run in RAN if run["settings"]["model_name"] == model]
         assert worst(runs) < worst(runs, mfu=DEFAULT_MFU), model
+
+
+@pytest.mark.parametrize("path, page", [("docs/preflight.md", "docs"), ("bench/README.md", "bench")])
+def test_the_pages_tables_are_printed_from_the_data(path, page):
+    """docs/preflight.md's and bench/README.md's tables are what ``bench_chip.py table`` prints from the data now
+    (with the rules as they are: a changed rule or estimate changes them)."""
+    spec = importlib.util.spec_from_file_location("bench_chip", REPO_ROOT / "bench" / "bench_chip.py")
+    bench_chip = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_chip)
+    text = (REPO_ROOT / path).read_text()
+    shown = re.search(r"<!--bench_chip.py-->\n(.*?)\n<!--/bench_chip.py-->", text, flags=re.S)
+    assert shown and shown.group(1) == bench_chip.render(page)
