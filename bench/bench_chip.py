@@ -6,15 +6,20 @@ The chip is the device tool's (one TPU v5e, lent to a session; never in tests or
 project says of the same runs:
 
     .venv/bin/python bench/bench_chip.py payload --to DIR     # Python 3.11 site for the chip + the worker + grid.json
+    .venv/bin/python bench/bench_chip.py grid --done RESULTS.jsonl...   # grid.json of the cells not yet run
     .venv/bin/python bench/bench_chip.py check                # the compile check and the estimates here, each cell
-    .venv/bin/python bench/bench_chip.py merge RESULTS.jsonl... --env ENV.txt   # -> bench/data/chip_v5e.json
-    .venv/bin/python bench/bench_chip.py table                # the tables bench/README.md and docs/preflight.md show
+    .venv/bin/python bench/bench_chip.py merge RESULTS.jsonl... --env ENV.txt --device-s S   # -> bench/data/chip_v5e.json
+    .venv/bin/python bench/bench_chip.py fit                  # the step-time constants of preflight/flops.py MEASURED
+    .venv/bin/python bench/bench_chip.py table [--page docs]  # bench/README.md's tables, docs/preflight.md's lines
+
+DIR is carried by the device tool, which sends the session's own checkout: a folder it ignores (``/.chip/``, the
+default, is in .gitignore).
 
 On the chip (the device tool's ``run``, DIR carried; the chip has Python 3.11.7, JAX 0.10.2 with its own libtpu,
 and no network)::
 
     cd DIR && tar xJf site.tar.xz -C /tmp && PYTHONPATH=$PYTHONPATH:/tmp/site DECOUPLE_GCLOUD=TRUE \\
-        python3 chip_worker.py grid grid.json $OUT/results.jsonl --budget-s 500
+        python3 chip_worker.py grid grid.json $OUT/results.jsonl --budget-s 540
 
 Why a payload: MaxText 0.2.5 requires Python >= 3.12 and names versions the chip's JAX does not meet. The chip's
 Python is 3.11 and its JAX (0.10.2, with libtpu) is the one that drives it, so the payload keeps them and brings
