@@ -44,6 +44,8 @@ class CostEstimate:
     price: ChipPrice
     steps: int
     step_time_s: float
+    step_basis: str = ""
+    """What the step time rests on (``flops.StepTimeEstimate.basis``): a chip's measurements or an assumed MFU."""
 
     @property
     def usd_per_chip_hour(self) -> float:
@@ -69,7 +71,8 @@ class CostEstimate:
                 f"{self.chips} chips x ${self.usd_per_chip_hour:.4f}/chip-hour = "
                 f"${self.usd_per_hour:,.2f}/hour",
                 f"  price source: {self.price.source} ({self.price.as_of})",
-                f"  run (ESTIMATE): {self.steps} steps x {self.step_time_s:.3f} s (estimated) = "
+                f"  run (ESTIMATE): {self.steps} steps x {self.step_time_s:.3f} s (estimated"
+                f"{': ' + self.step_basis if self.step_basis else ''}) = "
                 f"{self.run_hours * 60:.1f} min -> ${self.run_usd:,.2f} "
                 "(compute only; excludes start-up, compilation, checkpointing, GKE fees)",
             ]
@@ -125,6 +128,7 @@ def estimate_cost(
         price=price,
         steps=steps,
         step_time_s=float(seconds),
+        step_basis=getattr(step_time, "basis", ""),
     )
 
 

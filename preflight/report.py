@@ -98,7 +98,10 @@ def check_run(
     if isinstance(model, str) and isinstance(steps, int):
         try:
             values = {**BASE_DEFAULTS, **maxtext}
-            step = estimate_step_time(model, shape, float(values["per_device_batch_size"]), int(values["max_target_length"]))
+            step = estimate_step_time(
+                model, shape, float(values["per_device_batch_size"]), int(values["max_target_length"]),
+                remat_policy=str(values["remat_policy"]), tensors_on_device=tuple(values.get("tensors_on_device") or ()),
+            )
             report.cost = estimate_cost(shape, num_slices, steps, step, spot=spot, region=region)
         except ConfigError as error:
             report.warnings.append(f"no cost estimate: {error}")

@@ -90,6 +90,20 @@ HOST_INTERFACE_FLAGS = frozenset({DCN_INTERFACE_FLAG})
 they say where megascale's DCN traffic goes, this host has none of those interfaces, and the program XLA
 compiles does not depend on them."""
 
+RUNTIME_RESERVE_GIB = 0.25
+"""HBM the TPU runtime may hold beyond XLA's peak, measured on a v5e chip (``bench/bench_chip.py``, libtpu 0.0.42.1):
+``peak_bytes_in_use + peak_bytes_reserved`` of ``memory_stats()`` after MaxText's steps, less the compiled train
+step's ``peak_memory_in_bytes``, was 0.03 to 0.23 GiB in the 18 of the 23 runs that trained with no buffer over
+:data:`LARGE_BUFFER_GIB` at XLA's peak, whatever their tokens per step (the default 1.1B model at 32,768: 0.04)."""
+LARGE_BUFFER_GIB = 4.0
+LARGE_BUFFER_SHARE = 1 / 3
+"""Where a buffer live at XLA's peak is larger than :data:`LARGE_BUFFER_GIB` (2**32 bytes), the runtime held more:
+the other five runs, Qwen 3 0.6B at 16,384 tokens a step (four ways: 8 x 2,048 under full and none, 4 x 4,096,
+2 x 8,192), whose logits are one ``bf16[..., 151936]`` buffer of 4.64 GiB, and at 18,432 (5.22 GiB), held 1.41 and
+1.53 GiB beyond XLA's peak (0.30 and 0.29 of the buffer); at 12,288 tokens (3.48 GiB) 0.03. Two buffer sizes: the
+share is a bound on them, not a law."""
+RESERVE_MEASURED_ON = "v5e"
+
 VERDICTS = ("compiled", "oom")
 """The child's answers that are the run's verdict, and cached; any other ("error") is not."""
 
@@ -281,6 +295,35 @@ class XlaResult:
         return self.hbm_limit_gib - self.peak_hbm_gib
 
     @property
+    def largest_buffer_gib(self) -> Optional[float]:
+        """The largest buffer live at XLA's peak (None where the compile's dump was not read)."""
+        buffers = self.outcome.get("peak_buffers") or []
+        return max(buffer["bytes"] for buffer in buffers) / GIB if buffers else None
+
+    @property
+    def runtime_reserve_gib(self) -> float:
+        """What the TPU runtime may hold beyond XLA's peak (:data:`RUNTIME_RESERVE_GIB`, :data:`LARGE_BUFFER_SHARE`)."""
+        largest = self.largest_buffer_gib or 0.0
+        return LARGE_BUFFER_SHARE * largest if largest > LARGE_BUFFER_GIB else RUNTIME_RESERVE_GIB
+
+    @property
+    def within_reserve(self) -> bool:
+        """XLA fits it, with less left than the runtime may hold beyond XLA's peak."""
+        return bool(self.fits) and self.margin_gib is not None and self.margin_gib < self.runtime_reserve_gib
+
+    def warning(self) -> Optional[str]:
+        """Why a run XLA fits may still run out of HBM on the chip; None when it is clear of the reserve."""
+        if not self.within_reserve:
+            return None
+        largest = self.largest_buffer_gib or 0.0
+        why = (f"a third of its {largest:.2f} GiB buffer, as with buffers over {LARGE_BUFFER_GIB:g} GiB"
+               if largest > LARGE_BUFFER_GIB else f"{RUNTIME_RESERVE_GIB:.2f} GiB")
+        return (f"XLA leaves {self.margin_gib:.2f} GiB of the {self.hbm_limit_gib:.2f} GiB, less than the "
+                f"{self.runtime_reserve_gib:.2f} GiB the TPU runtime may hold beyond XLA's peak ({why}; measured on a "
+                f"{RESERVE_MEASURED_ON} chip, bench/README.md): it may run out of HBM when it runs; lower "
+                "per_device_batch_size or max_target_length")
+
+    @property
     def message(self) -> str:
         return self.flags_check.message if self.flags_refused else self.outcome.get("message", "")
 
@@ -309,6 +352,8 @@ class XlaResult:
         ]
 
     def verdict(self) -> str:
+        if self.within_reserve:
+            return f"fits XLA's limit, but WARNING: {self.warning()}"
         if self.fits:
             return f"fits (margin {self.margin_gib:+.2f} GiB)"
         if self.fits is False:
@@ -357,6 +402,8 @@ class XlaResult:
             "peak_hbm_gib": self.peak_hbm_gib,
             "hbm_limit_gib": self.hbm_limit_gib,
             "margin_gib": self.margin_gib,
+            "runtime_reserve_gib": self.runtime_reserve_gib,
+            "warning": self.warning(),
             "arguments_gib": self._gib("argument_bytes"),
             "outputs_gib": self._gib("output_bytes"),
             "aliased_gib": self._gib("alias_bytes"),

@@ -366,9 +366,20 @@ def test_a_fused_projection_is_kept_only_where_its_split_is_not():
     assert kept_by_backward(layer, ("qkv_proj", "query_proj")) == ("qkv_proj", "query_proj")
 
 
+@pytest.mark.parametrize("model", ["llama3-8b", "gemma2-2b", "gemma3-4b", "olmo3-7b", "gpt3-6b"])
+def test_none_is_full_for_every_scanned_decoder_and_no_remat_only_for_gemma4(model):
+    """MaxText's ``get_remat_policy`` returns None for ``none`` as for ``full``, and the scanned layers are wrapped in
+    ``jax.checkpoint(..., policy=None)`` either way; only Gemma 4's blocks skip their own remat under ``none``."""
+    mesh = {"ici_fsdp_parallelism": 4, "ici_tensor_parallelism": 4}
+    assert estimate_hbm(model, V6E_4X4, 2, mesh, 2, 2048, "none").total_gib == \
+        estimate_hbm(model, V6E_4X4, 2, mesh, 2, 2048, "full").total_gib
+    assert estimate_hbm("gemma4-31b", V6E_4X4, 2, mesh, 1, 2048, "none", weight_dtype="bfloat16").activations_gib > \
+        estimate_hbm("gemma4-31b", V6E_4X4, 2, mesh, 1, 2048, "full", weight_dtype="bfloat16").activations_gib
+
+
 def test_every_lighter_policy_needs_more_memory_than_full():
     full = estimate_hbm("llama3-70b", V6E_4X4, 2, MESH_70B, 1, 4096, "full", weight_dtype="bfloat16")
-    on_host = ("full", "qkv_proj_offloaded", "minimal_offloaded", "custom")
+    on_host = ("full", "none", "qkv_proj_offloaded", "minimal_offloaded", "custom")  # nothing more on the device
     for name in MODELLED_REMAT_POLICIES:
         b = estimate_hbm("llama3-70b", V6E_4X4, 2, MESH_70B, 1, 4096, name, weight_dtype="bfloat16")
         assert b.total_gib >= full.total_gib

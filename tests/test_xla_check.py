@@ -451,6 +451,26 @@ def test_the_worst_count_is_out_of_hbm_then_refused_then_the_smallest_margin():
     assert results_of(COMPILED, tight).fits and not results_of(COMPILED, ERROR).fits
 
 
+def test_a_run_within_the_runtimes_reserve_is_warned_naming_the_reserve(compiler, capsys):
+    """XLA fits it, but leaves less than the TPU runtime held beyond XLA's peak on the chip (RUNTIME_RESERVE_GIB;
+    a third of a buffer over 4 GiB): a warning with both figures, not a plain "fits"; the run is not refused."""
+    near = {**COMPILED, "peak_bytes": int(31.10 * 2**30)}
+    result = results_of(near).worst
+    assert result.fits and result.within_reserve and result.runtime_reserve_gib == xla_check.RUNTIME_RESERVE_GIB
+    assert result.verdict().startswith("fits XLA's limit, but WARNING: XLA leaves 0.14 GiB of the 31.24 GiB, less "
+                                       "than the 0.25 GiB the TPU runtime may hold")
+    logits = [{"name": "fusion", "bytes": 6 * 2**30, "shape": "bf16[16,2048,196608]", "op": "dot_general", "shares": []}]
+    clear = results_of({**COMPILED, "peak_bytes": 29 * 2**30, "peak_buffers": logits}).worst
+    assert clear.runtime_reserve_gib == 2.0 and not clear.within_reserve and clear.warning() is None
+    tight = results_of({**COMPILED, "peak_bytes": int(29.5 * 2**30), "peak_buffers": logits}).worst
+    assert "the 2.00 GiB the TPU runtime may hold beyond XLA's peak (a third of its 6.00 GiB buffer" in tight.verdict()
+    compiler.outcome = near
+    assert preview.main(["--section", "training", "--compile", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["xla"]["fits"] is True and out["xla"]["runtime_reserve_gib"] == xla_check.RUNTIME_RESERVE_GIB
+    assert out["xla"]["warning"].startswith("XLA leaves 0.14 GiB")
+
+
 def test_the_estimate_stands_beside_xla_in_the_json(compiler, capsys):
     assert preview.main(["--section", "training", "--compile", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
