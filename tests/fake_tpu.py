@@ -175,11 +175,13 @@ class FakeTpuCluster(Started):
             self.head.stop()
 
 
-def submission(stack: TpuStack, out_dir: Path, run_name: str, **request: object) -> Submission:
+def submission(stack: TpuStack, out_dir: Path, run_name: str, compile_cache: Path | None = None,
+               **request: object) -> Submission:
     """The job the submit command makes of ``request`` for ``stack`` (``for_cluster``), with the tiny model on CPU
-    (:data:`ON_CPU`), its files under ``out_dir``, and the trainer's module swapped for its stand-in."""
+    (:data:`ON_CPU`), its files under ``out_dir`` (its ``jax_cache_dir`` there too unless ``compile_cache`` names one
+    that jobs of the same programs share), and the trainer's module swapped for its stand-in."""
     overrides = {**get_preset("tiny-cpu").maxtext, **ON_CPU, **request.pop("overrides", {}),
-                 "base_output_directory": str(out_dir), "jax_cache_dir": str(out_dir / "jax-cache"),
+                 "base_output_directory": str(out_dir), "jax_cache_dir": str(compile_cache or out_dir / "jax-cache"),
                  "run_name": run_name}
     preset = "llama3-8b-elastic" if request.get("elastic") else "llama3-8b"
     made = for_cluster(SubmitRequest(outputs_file="-", preset=preset, output_dir=out_dir, overrides=overrides,
@@ -205,12 +207,13 @@ def submission(stack: TpuStack, out_dir: Path, run_name: str, **request: object)
     )
 
 
-def elastic_job(stack: TpuStack, out_dir: Path, run_name: str, steps: int, checkpoint_period: int) -> Submission:
+def elastic_job(stack: TpuStack, out_dir: Path, run_name: str, steps: int, checkpoint_period: int,
+                compile_cache: Path | None = None) -> Submission:
     """The elastic job (1 slice up to all of them) of the drill's paced model, so a kill window shows in the log."""
     from gke_ray_tpu.core.maxtext import parse_value
 
     paced = {key: parse_value(value) for key, value in (item.split("=", 1) for item in PACED_MODEL)}
-    return submission(stack, out_dir, run_name, elastic=True,
+    return submission(stack, out_dir, run_name, compile_cache, elastic=True,
                       overrides={"steps": steps, "checkpoint_period": checkpoint_period, **paced})
 
 

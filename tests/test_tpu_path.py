@@ -66,6 +66,13 @@ def cluster(stack, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def compile_cache(tmp_path_factory):
+    """The jobs' ``jax_cache_dir``: the growth run's worker groups are the slice-loss run's two sizes of the same
+    model and steps, so they find their programs compiled."""
+    return tmp_path_factory.mktemp("jax-cache")
+
+
+@pytest.fixture(scope="module")
 def late_slices(cluster, cold_stack, tmp_path_factory):
     """A static 2-slice job submitted to a cluster with no TPU host; then the slices' hosts are started."""
     out = tmp_path_factory.mktemp("late")
@@ -79,9 +86,9 @@ def late_slices(cluster, cold_stack, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def slice_loss(late_slices, cluster, stack, tmp_path_factory):
+def slice_loss(late_slices, cluster, stack, compile_cache, tmp_path_factory):
     out = tmp_path_factory.mktemp("elastic")
-    job = elastic_job(stack, out, "fake-tpu-elastic", ELASTIC_STEPS, PERIOD)
+    job = elastic_job(stack, out, "fake-tpu-elastic", ELASTIC_STEPS, PERIOD, compile_cache)
     return lose_a_slice(cluster, job, lost=cluster.slice_names()[-1], timeout_s=JOB_TIMEOUT_S)
 
 
@@ -164,16 +171,18 @@ def test_a_slice_that_never_comes_fails_the_run_once_the_wait_ends(slice_loss, c
     assert "Ray Train could not place 4 workers (v5p-16 slices) in 30 s (2 waits)" in log, log[-3000:]
 
 
-GROWTH_STEPS = 8
+GROWTH_STEPS = ELASTIC_STEPS
 """The run's steps: the one-slice group trains steps 0..PERIOD and holds after its checkpoint of step PERIOD
 (``tests/fake_tpu_job/hold.py``) until Ray Train's elastic policy, which looks for more slices every
 ``ScalingConfig.elastic_resize_monitor_interval_s`` (60 s in Ray 2.60), replaces it; the group of both slices
-trains the rest."""
+trains the rest. As many steps as the slice-loss run (the learning-rate schedule is compiled into the train step),
+so both groups' programs are in the module's compilation cache."""
 
 
-def test_an_elastic_run_started_on_one_slice_takes_the_second_when_it_comes(slice_loss, cluster, stack, tmp_path):
+def test_an_elastic_run_started_on_one_slice_takes_the_second_when_it_comes(slice_loss, cluster, stack, compile_cache,
+                                                                          tmp_path):
     lost = cluster.slice_names()[-1]  # slice_loss killed it: one slice is up
-    job = elastic_job(stack, tmp_path, "fake-tpu-grow", GROWTH_STEPS, PERIOD)
+    job = elastic_job(stack, tmp_path, "fake-tpu-grow", GROWTH_STEPS, PERIOD, compile_cache)
     sid = submit(cluster.head, job, {HOLD_ENV: str(PERIOD)})
     deadline = time.monotonic() + JOB_TIMEOUT_S
     # Training on the one slice, up to its checkpoint of step PERIOD (committed).

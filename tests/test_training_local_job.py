@@ -46,7 +46,7 @@ def reported_losses(err: str, prefix: str) -> tuple[float, float]:
     return float(match.group(1)), float(match.group(2))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_head(tmp_path_factory):
     # JAX_LOG_COMPILES: the workers log JAX's own timing of each compilation, which the goodput is checked against.
     with LocalRayHead(num_cpus=2, log_path=tmp_path_factory.mktemp("ray") / "ray-head.log",
@@ -69,6 +69,13 @@ def local_job(ray_head, tmp_path_factory):
     out = tmp_path_factory.mktemp("local-runs")
     rc, err = _submit(ray_head, "--local", "--address", ray_head.address, "--output-dir", str(out), f"run_name={RUN}")
     return rc, err, out
+
+
+@pytest.fixture(scope="module")
+def warm_cache(local_job) -> Path:
+    """The ``jax_cache_dir`` of the tiny model's programs the first run compiled (its goodput is checked against
+    JAX's own compile log, so it compiles cold): the later runs of this module find them there and skip XLA."""
+    return local_job[2] / "jax-cache"
 
 
 def test_job_succeeds_and_the_loss_goes_down(ray_head, local_job):
@@ -162,14 +169,14 @@ def test_the_goodput_of_the_local_run_agrees_with_maxtexts_step_times_and_jaxs_c
     assert 0 < wall <= measured + 1
 
 
-def test_a_terminal_gets_a_progress_bar_and_at_most_40_lines(ray_head, tmp_path):
+def test_a_terminal_gets_a_progress_bar_and_at_most_40_lines(ray_head, warm_cache, tmp_path):
     """A real terminal (a pty): the bar redraws in place; the worker logs stay in the job log."""
     import pty
 
     controller, terminal = pty.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", "gke_ray_tpu.training.submit", "--local", "--address", ray_head.address,
-         "--output-dir", str(tmp_path), "run_name=pytest-tty"],
+         "--output-dir", str(tmp_path), "run_name=pytest-tty", f"jax_cache_dir={warm_cache}"],
         cwd=REPO_ROOT, stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True,
         env={**os.environ, **ray_head.address_env, "COLUMNS": "160", "LINES": "50", "TERM": "xterm-256color"},
     )
@@ -316,7 +323,7 @@ def python_without_the_project(where: Path) -> Path:
     return where / "bin"
 
 
-def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head, tmp_path):
+def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head, warm_cache, tmp_path):
     """The RayJob's own entry point and runtime env (rendered for the CPU preset, the bucket mounted at
     tmp_path), with the code archive the submit command uploads for a run with its own cluster (the files
     MaxTextRun uploads): it runs to completion from the archive alone, and `--follow` attaches to it by run name."""
@@ -329,7 +336,7 @@ def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head
 
     run = "pytest-declared"
     spec = build_job(get_preset("tiny-cpu"), base_output_directory=str(tmp_path), run_name=run, slices=2,
-                     compilation_cache_dir=str(tmp_path / "jax-cache"))
+                     compilation_cache_dir=str(warm_cache))
     files = package_files()
     archive = tmp_path / archive_object(digest(files))
     archive.parent.mkdir(parents=True)

@@ -154,9 +154,17 @@ class LocalRayHead(Started):
             # this selects: every process of the head then uses 127.0.0.1. A head that other nodes
             # join (multi_node) cannot have it: Ray then refuses `ray start --address`.
             **({} if self.multi_node else {SINGLE_MACHINE_ENV: "0"}),
+            **self.own_address_env,
             **self.env,
             **self.auth_env,
         }
+
+    @property
+    def own_address_env(self) -> dict[str, str]:
+        """Where a Ray process of this head that connects without an address (Ray Train's placement-group cleaner
+        does) finds its cluster. Without it Ray looks for running GCS processes, and with another Ray instance on
+        the machine it finds two and refuses to choose."""
+        return {"RAY_ADDRESS": self.gcs_address}
 
     @property
     def auth_env(self) -> dict[str, str]:
@@ -287,8 +295,8 @@ class LocalRayNode(Started):
             "--disable-usage-stats", *(f"{flag}={port}" for flag, port in ports.items()), *WORKER_PORTS_FREE,
             *([f"--resources={json.dumps(self.resources)}"] if self.resources else []),
         ]
-        env = {**caller_env(), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **self.env,
-               **self.head.auth_env}
+        env = {**caller_env(), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+               **self.head.own_address_env, **self.env, **self.head.auth_env}
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
                                          cwd=self.head._temp_dir)
