@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shlex
 import socket
 import time
 from pathlib import Path
@@ -238,3 +239,13 @@ def test_the_local_run_starts_its_own_head_with_token_auth_and_connects_with_its
         assert requests.get(f"{address}/api/jobs/", timeout=30).status_code == 401
         assert requests.get(f"{address}/api/jobs/", headers=ray_auth.bearer(CALLERS_TOKEN), timeout=30).status_code == 403
     assert lines == [f"started a local Ray head: {address} (stopped when this command ends)"]
+
+
+def test_the_heads_workers_find_their_own_cluster_without_an_address(head):
+    """A Ray process that connects without an address (Ray Train's placement-group cleaner, in an actor) is told
+    the head's; with two Ray instances on a machine (pytest's two workers) Ray would otherwise refuse to choose."""
+    probe = ("import os, ray; ray.init(); "
+             "print('task sees', ray.get(ray.remote(lambda: os.environ.get('RAY_ADDRESS')).remote()))")
+    head.jobs().submit_job(entrypoint=f"python -c {shlex.quote(probe)}", submission_id="address-probe")
+    assert _wait_terminal(head, "address-probe") == "SUCCEEDED", head.jobs().get_job_logs("address-probe")[-2000:]
+    assert f"task sees {head.gcs_address}\n" in head.jobs().get_job_logs("address-probe")
