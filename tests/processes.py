@@ -4,9 +4,9 @@ The tests start processes that outlive a plain kill of pytest: Ray heads and fak
 their own (``training/driver/local_ray.py``), their raylets and workers, the compile check's children, the
 storage emulator. Each of them inherits pytest's environment, so the session marks it there: pytest's own
 process sets :data:`MARKER_ENV` to a value of its own before any test runs, and every process started
-after that, in whatever session or process group, carries it in ``/proc/<pid>/environ`` (a process may change
-its environment, but not that record of what it was started with). :func:`sweep` SIGKILLs every process that
-carries a given value, except the session's pytest processes (the xdist workers, listed in :func:`registry`).
+after that, in whatever session or process group, carries it in ``/proc/<pid>/environ`` (what it was started with, unless it renames itself over that memory, as
+Ray's agents do: then the ``setsid`` session it shares with a process that carries the marker tells). :func:`sweep`
+SIGKILLs every such process, except the session's pytest processes (the xdist workers, listed in :func:`registry`).
 
 It runs (``tests/conftest.py``):
 
@@ -103,14 +103,37 @@ def marked(marker: str | None = None) -> dict[int, str]:
     return found
 
 
+def session_id(pid: int) -> int | None:
+    """The process's session (/proc/<pid>/stat's 6th field), or None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[3])
+
+
+def belonging(marker: str, spared: set[int] = frozenset()) -> set[int]:
+    """The live processes of ``marker``'s session but ``spared``: those that carry it, and every process in a
+    session (``setsid``) whose leader carries it, unless a spared process is in it too. A Ray head's or node's
+    agents rename themselves (setproctitle), which overwrites the memory ``/proc/<pid>/environ`` is read from,
+    so the marker no longer shows there; they stay in the session their ``ray start`` leads. (A session led by
+    something else, the terminal's or the CI runner's that pytest runs in, is never taken whole.)"""
+    carriers = set(marked(marker)) - spared
+    sessions = {sid for sid in map(session_id, carriers) if sid in carriers} - {session_id(pid) for pid in spared}
+    mates = {int(entry.name) for entry in os.scandir("/proc") if entry.name.isdigit()
+             and session_id(int(entry.name)) in sessions and start_ticks(int(entry.name)) is not None}
+    return (carriers | mates) - spared
+
+
 def sweep(marker: str, wait_s: float = SWEEP_WAIT_S) -> list[int]:
-    """SIGKILL every live process that carries ``marker``, but this one and the session's pytest processes;
-    repeat until none is left (a raylet may start a worker meanwhile) or ``wait_s`` has passed. The pids killed."""
+    """SIGKILL every live process of ``marker``'s session (:func:`belonging`), but this one and the session's
+    pytest processes; repeat until none is left (a raylet may start a worker meanwhile) or ``wait_s`` has passed.
+    The pids killed."""
     spared = {os.getpid(), *_registered_pids(marker, "pytest")}
     killed: list[int] = []
     deadline = time.monotonic() + wait_s
     while True:
-        left = [pid for pid in marked(marker) if pid not in spared]
+        left = belonging(marker, spared)
         if not left or time.monotonic() > deadline:
             return killed
         for pid in left:

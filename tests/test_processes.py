@@ -10,6 +10,7 @@ an earlier one whose watchdog died too had left.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.processes import MARKER_ENV, marked, new_marker, registry, start_watchdog, sweep_stale
+from tests.processes import MARKER_ENV, marked, new_marker, registry, session_id, start_ticks, start_watchdog, sweep, sweep_stale
 from tests.session_target import CHILD_ONLY_ENV, READY_ENV, START_BOUND_S
 
 
@@ -67,6 +68,8 @@ def test_a_session_stopped_by_sigint_sigterm_or_sigkill_leaves_no_process_behind
         proc, info = sessions[signum][0], started[signum]
         # Ended by pytest itself before it exits (its KeyboardInterrupt path: status 2).
         assert proc.returncode == pytest.ExitCode.INTERRUPTED and marked(info["marker"]) == {}, proc.output.read_text()
+        # Ray's agents too, whose renaming hides the marker: nothing is left in the sessions `ray start` led.
+        assert _in_sessions({info["head"], info["node"]}) == [], proc.output.read_text()[-3000:]
     # SIGKILL: pytest could do nothing; its watchdog, in a session of its own, ends the rest once pytest is gone.
     info = started[signal.SIGKILL]
     assert sessions[signal.SIGKILL][0].returncode == -signal.SIGKILL
@@ -76,6 +79,52 @@ def test_a_session_stopped_by_sigint_sigterm_or_sigkill_leaves_no_process_behind
             assert time.monotonic() < deadline + 300, "the watchdog did not finish"
             time.sleep(0.2)
     assert marked(info["marker"]) == {}
+
+
+def _in_sessions(sids: set[int]) -> list[str]:
+    """The live processes in those sessions (not zombies: SIGKILLed, not yet reaped), as ``pid name``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and session_id(int(entry.name)) in sids and start_ticks(int(entry.name)):
+            found.append(f"{entry.name} {(entry / 'comm').read_text().strip() if (entry / 'comm').exists() else ''}")
+    return found
+
+
+_SPAWNS = """
+import os, subprocess, sys, time
+sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+kids = [subprocess.Popen(sleep, env={}), subprocess.Popen(sleep, env={**os.environ, **dict([sys.argv[1].split("=")])})]
+print(*(k.pid for k in kids), flush=True)
+time.sleep(600)
+"""
+"""Starts an unmarked sleeper and a sleeper with the marker (argv[1], ``NAME=value``); prints their pids."""
+
+
+def test_a_renamed_process_goes_with_the_session_its_marked_leader_leads_and_no_other_session_is_taken_whole():
+    """Every process in a session that a marked process leads (a ``ray start``) is the test session's, though its
+    own environment does not show the marker (as a Ray agent's, overwritten by its new name); in a session led by
+    something else (a terminal's) only the marked processes are."""
+    owner = _owner()
+    marker = new_marker(owner.pid)
+    mark = f"{MARKER_ENV}={marker}"
+    ray_start = subprocess.Popen([sys.executable, "-c", _SPAWNS, mark], env={**os.environ, MARKER_ENV: marker},
+                                 start_new_session=True, stdout=subprocess.PIPE, text=True)
+    terminal = subprocess.Popen([sys.executable, "-c", _SPAWNS, mark], env={k: v for k, v in os.environ.items()
+                                if k != MARKER_ENV}, start_new_session=True, stdout=subprocess.PIPE, text=True)
+    try:
+        agent, worker = map(int, ray_start.stdout.readline().split())
+        neighbour, child = map(int, terminal.stdout.readline().split())
+        assert set(marked(marker)) == {ray_start.pid, worker, child}  # the agent does not show the marker
+        assert sorted(sweep(marker)) == sorted([ray_start.pid, agent, worker, child])
+        assert _in_sessions({ray_start.pid}) == []
+        assert terminal.poll() is None and session_id(neighbour) == terminal.pid  # the terminal's: left alone
+    finally:
+        for group in (ray_start, terminal):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group.pid, signal.SIGKILL)
+        for proc in (owner, ray_start, terminal):
+            proc.kill()
+            proc.wait()
 
 
 def _marked_sleeper(marker: str) -> subprocess.Popen:
