@@ -4,9 +4,10 @@ The tests start processes that outlive a plain kill of pytest: Ray heads and fak
 their own (``training/driver/local_ray.py``), their raylets and workers, the compile check's children, the
 storage emulator. Each of them inherits pytest's environment, so the session marks it there: pytest's own
 process sets :data:`MARKER_ENV` to a value of its own before any test runs, and every process started
-after that, in whatever session or process group, carries it in ``/proc/<pid>/environ`` (what it was started with, unless it renames itself over that memory, as
-Ray's agents do: then the ``setsid`` session it shares with a process that carries the marker tells). :func:`sweep`
-SIGKILLs every such process, except the session's pytest processes (the xdist workers, listed in :func:`registry`).
+after that, in whatever session or process group, carries it in ``/proc/<pid>/environ`` (what it was started
+with, unless it renames itself over that memory, as Ray's agents do: then the ``setsid`` session a process that
+carries the marker leads tells). :func:`sweep` SIGKILLs every such process, except the session's pytest processes
+(the xdist workers, listed in :func:`registry`).
 
 It runs (``tests/conftest.py``):
 
