@@ -41,14 +41,21 @@ SWEEP_WAIT_S = 10.0
 """How long a sweep waits for what it SIGKILLed to be gone."""
 
 
-def start_ticks(pid: int) -> str | None:
-    """The process's start time (clock ticks since boot, /proc/<pid>/stat's 22nd field), or None if it is gone."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command name (the 3rd on: state, ppid, pgrp, session, ...), or None if
+    the process is gone or a zombie (SIGKILLed, not yet reaped)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2:].split()
-    return None if fields[0] == "Z" else fields[19]
+    return None if fields[0] == "Z" else fields
+
+
+def start_ticks(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, /proc/<pid>/stat's 22nd field), or None if it is gone."""
+    fields = _stat_fields(pid)
+    return None if fields is None else fields[19]
 
 
 def new_marker(pid: int | None = None) -> str:
@@ -105,12 +112,9 @@ def marked(marker: str | None = None) -> dict[int, str]:
 
 
 def session_id(pid: int) -> int | None:
-    """The process's session (/proc/<pid>/stat's 6th field), or None if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2:].split()[3])
+    """The process's session (/proc/<pid>/stat's 6th field), or None if it is gone or a zombie."""
+    fields = _stat_fields(pid)
+    return None if fields is None else int(fields[3])
 
 
 def belonging(marker: str, spared: set[int] = frozenset()) -> set[int]:
@@ -122,7 +126,7 @@ def belonging(marker: str, spared: set[int] = frozenset()) -> set[int]:
     carriers = set(marked(marker)) - spared
     sessions = {sid for sid in map(session_id, carriers) if sid in carriers} - {session_id(pid) for pid in spared}
     mates = {int(entry.name) for entry in os.scandir("/proc") if entry.name.isdigit()
-             and session_id(int(entry.name)) in sessions and start_ticks(int(entry.name)) is not None}
+             and session_id(int(entry.name)) in sessions}
     return (carriers | mates) - spared
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.processes import MARKER_ENV, marked, new_marker, registry, session_id, start_ticks, start_watchdog, sweep, sweep_stale
+from tests.processes import MARKER_ENV, marked, new_marker, registry, session_id, start_watchdog, sweep, sweep_stale
 from tests.session_target import CHILD_ONLY_ENV, READY_ENV, START_BOUND_S
 
 
@@ -85,7 +85,7 @@ def _in_sessions(sids: set[int]) -> list[str]:
     """The live processes in those sessions (not zombies: SIGKILLed, not yet reaped), as ``pid name``."""
     found = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and session_id(int(entry.name)) in sids and start_ticks(int(entry.name)):
+        if entry.name.isdigit() and session_id(int(entry.name)) in sids:
             found.append(f"{entry.name} {(entry / 'comm').read_text().strip() if (entry / 'comm').exists() else ''}")
     return found
 
