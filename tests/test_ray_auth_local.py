@@ -27,7 +27,7 @@ from gke_ray_tpu.training import submit
 from gke_ray_tpu.training.driver import cluster_checks, connection, port_forward, ray_auth
 from gke_ray_tpu.training.driver.errors import ClusterError
 from gke_ray_tpu.training.driver.jobs_client import JobsApi
-from gke_ray_tpu.training.driver.local_ray import LocalRayHead
+from gke_ray_tpu.training.driver.local_ray import LEAN_RAY_ENV, LocalRayHead
 from gke_ray_tpu.training.driver.request import SubmitRequest
 from gke_ray_tpu.training.driver.stack_outputs import StackOutputs
 from tests.fakes import FakeCoreV1, pod
@@ -249,3 +249,21 @@ def test_the_heads_workers_find_their_own_cluster_without_an_address(head):
     head.jobs().submit_job(entrypoint=f"python -c {shlex.quote(probe)}", submission_id="address-probe")
     assert _wait_terminal(head, "address-probe") == "SUCCEEDED", head.jobs().get_job_logs("address-probe")[-2000:]
     assert f"task sees {head.gcs_address}\n" in head.jobs().get_job_logs("address-probe")
+
+
+def test_the_heads_log_monitor_and_raylet_run_with_the_lean_settings(head):
+    """LEAN_RAY_ENV reaches the processes that read it: the log monitor (its glob interval) and the raylet (its
+    worker prestart). Their command lines are their own, so their environment is what they were started with."""
+    session = os.getsid(head._proc.pid)
+    found = {}
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and os.getsid(int(entry.name)) == session:
+                command = (entry / "cmdline").read_bytes().decode(errors="replace")
+                for kind in ("log_monitor.py", "raylet/raylet"):
+                    if kind in command:
+                        environ = (entry / "environ").read_bytes().decode(errors="replace").split("\0")
+                        found[kind] = dict(item.split("=", 1) for item in environ if "=" in item)
+    assert set(found) == {"log_monitor.py", "raylet/raylet"}, found.keys()
+    for kind, environ in found.items():
+        assert LEAN_RAY_ENV.items() <= environ.items(), kind

@@ -50,6 +50,17 @@ _PORT_FLAGS = (
     "--object-manager-port",
 )
 
+LEAN_RAY_ENV = {
+    # Ray's log monitor globs its log folder every 0.1 s until the folder holds 1,000 files, then every 0.5 s
+    # (log_monitor.py's RAY_LOG_MONITOR_MANY_FILES_THRESHOLD): a node's new log files are found within 0.5 s
+    # either way, and the monitor of an idle node uses about half the CPU (bench/bench_local_head.py).
+    "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0",
+    # Ray starts num_cpus idle workers when the first driver connects; a job's actors come with a runtime env
+    # of their own and start workers for it, so the README's job left two of them unused to the end.
+    "RAY_prestart_worker_first_driver": "0",
+}
+"""Ray settings for a throwaway head and its nodes: less CPU, nothing a job sees changed."""
+
 WORKER_PORTS_FREE = ("--min-worker-port=0", "--max-worker-port=0")
 """Each worker process binds a port the system picks (as Ray's own ``cluster_utils`` starts its nodes), not one of
 ``ray start``'s fixed 10002-19999, which every other Ray on this machine hands out too."""
@@ -154,6 +165,7 @@ class LocalRayHead(Started):
             # this selects: every process of the head then uses 127.0.0.1. A head that other nodes
             # join (multi_node) cannot have it: Ray then refuses `ray start --address`.
             **({} if self.multi_node else {SINGLE_MACHINE_ENV: "0"}),
+            **LEAN_RAY_ENV,
             **self.own_address_env,
             **self.env,
             **self.auth_env,
@@ -295,7 +307,7 @@ class LocalRayNode(Started):
             "--disable-usage-stats", *(f"{flag}={port}" for flag, port in ports.items()), *WORKER_PORTS_FREE,
             *([f"--resources={json.dumps(self.resources)}"] if self.resources else []),
         ]
-        env = {**caller_env(), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        env = {**caller_env(), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **LEAN_RAY_ENV,
                **self.head.own_address_env, **self.env, **self.head.auth_env}
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
