@@ -59,7 +59,8 @@ LEAN_RAY_ENV = {
     # of their own and start workers for it, so the README's job left two of them unused to the end.
     "RAY_prestart_worker_first_driver": "0",
 }
-"""Ray settings for a throwaway head and its nodes: less CPU, nothing a job sees changed."""
+"""Ray settings for a throwaway head and its nodes: less CPU for Ray's own processes; a job's workers and its log
+are what they were."""
 
 WORKER_PORTS_FREE = ("--min-worker-port=0", "--max-worker-port=0")
 """Each worker process binds a port the system picks (as Ray's own ``cluster_utils`` starts its nodes), not one of
