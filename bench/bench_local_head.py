@@ -22,7 +22,11 @@ import threading
 import time
 from pathlib import Path
 
-from gke_ray_tpu.training.driver import local_ray
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from gke_ray_tpu.training.driver import local_ray  # noqa: E402
+from tests.processes import stat_fields  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -33,13 +37,14 @@ def _session_processes(session: int) -> dict[int, tuple[str, float]]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
+        fields = stat_fields(int(entry))
+        if fields is None or int(fields[3]) != session:
+            continue
         try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[3]) == session:
-                command = Path(f"/proc/{entry}/cmdline").read_text().replace("\0", " ").strip()
-                found[int(entry)] = (command, (int(fields[11]) + int(fields[12])) / TICKS)
-        except (OSError, IndexError, ValueError):
+            command = Path(f"/proc/{entry}/cmdline").read_text().replace("\0", " ").strip()
+        except OSError:
             continue  # gone meanwhile
+        found[int(entry)] = (command, (int(fields[11]) + int(fields[12])) / TICKS)
     return found
 
 

@@ -41,7 +41,7 @@ SWEEP_WAIT_S = 10.0
 """How long a sweep waits for what it SIGKILLed to be gone."""
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def stat_fields(pid: int) -> list[str] | None:
     """/proc/<pid>/stat's fields after the command name (the 3rd on: state, ppid, pgrp, session, ...), or None if
     the process is gone or a zombie (SIGKILLed, not yet reaped)."""
     try:
@@ -54,7 +54,7 @@ def _stat_fields(pid: int) -> list[str] | None:
 
 def start_ticks(pid: int) -> str | None:
     """The process's start time (clock ticks since boot, /proc/<pid>/stat's 22nd field), or None if it is gone."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return None if fields is None else fields[19]
 
 
@@ -113,7 +113,7 @@ def marked(marker: str | None = None) -> dict[int, str]:
 
 def session_id(pid: int) -> int | None:
     """The process's session (/proc/<pid>/stat's 6th field), or None if it is gone or a zombie."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return None if fields is None else int(fields[3])
 
 
