@@ -77,6 +77,9 @@ class Drill:
     """Where MaxText wrote the run: ``run_dir``, or ``gs://<bucket>/<run>`` with ``storage``."""
     held_step_objects: list[str] = field(default_factory=list)
     """With a held commit: the objects of that step's save when its writer was killed."""
+    back_at: float | None = None
+    """With a lost slice that comes back (``tests/fake_tpu.py``): time.time() when the one-slice group's held
+    checkpoint was seen committed, after which the slice's hosts were started again."""
 
     @property
     def killed_group(self):
@@ -84,7 +87,8 @@ class Drill:
 
     @property
     def resumed_group(self):
-        return self.progress.groups[-1]
+        """The group that took over from the killed one."""
+        return self.progress.groups[1]
 
     @property
     def steps_lost(self) -> int:
@@ -102,12 +106,14 @@ class Drill:
                 out.append((when, line))
         return out
 
-    def recovery(self) -> dict[str, float]:
-        """Seconds from the kill to: the new group's first log line, MaxText's restore, the next step."""
-        times = self.group_times(self.resumed_group)
-        first = lambda text: next(t for t, line in times if text in line) - self.killed_at  # noqa: E731
+    def recovery(self, group=None, since: float | None = None) -> dict[str, float]:
+        """Seconds from ``since`` (the kill) to: ``group``'s (the resumed group's) first log line, MaxText's
+        restore, its first step."""
+        times = self.group_times(group or self.resumed_group)
+        since = self.killed_at if since is None else since
+        first = lambda text: next(t for t, line in times if text in line) - since  # noqa: E731
         return {
-            "group_started_s": times[0][0] - self.killed_at,
+            "group_started_s": times[0][0] - since,
             "restored_s": first("restoring from this run's directory step"),
             "next_step_s": first("completed step:"),
         }

@@ -175,13 +175,12 @@ class FakeTpuCluster(Started):
             self.head.stop()
 
 
-def submission(stack: TpuStack, out_dir: Path, run_name: str, compile_cache: Path | None = None,
-               **request: object) -> Submission:
+def submission(stack: TpuStack, out_dir: Path, run_name: str, **request: object) -> Submission:
     """The job the submit command makes of ``request`` for ``stack`` (``for_cluster``), with the tiny model on CPU
-    (:data:`ON_CPU`), its files under ``out_dir`` (its ``jax_cache_dir`` there too unless ``compile_cache`` names one
-    that jobs of the same programs share), and the trainer's module swapped for its stand-in."""
+    (:data:`ON_CPU`), its files under ``out_dir`` (its ``jax_cache_dir`` too: a restarted group of a size the run
+    had before finds its programs compiled), and the trainer's module swapped for its stand-in."""
     overrides = {**get_preset("tiny-cpu").maxtext, **ON_CPU, **request.pop("overrides", {}),
-                 "base_output_directory": str(out_dir), "jax_cache_dir": str(compile_cache or out_dir / "jax-cache"),
+                 "base_output_directory": str(out_dir), "jax_cache_dir": str(out_dir / "jax-cache"),
                  "run_name": run_name}
     preset = "llama3-8b-elastic" if request.get("elastic") else "llama3-8b"
     made = for_cluster(SubmitRequest(outputs_file="-", preset=preset, output_dir=out_dir, overrides=overrides,
@@ -207,13 +206,12 @@ def submission(stack: TpuStack, out_dir: Path, run_name: str, compile_cache: Pat
     )
 
 
-def elastic_job(stack: TpuStack, out_dir: Path, run_name: str, steps: int, checkpoint_period: int,
-                compile_cache: Path | None = None) -> Submission:
+def elastic_job(stack: TpuStack, out_dir: Path, run_name: str, steps: int, checkpoint_period: int) -> Submission:
     """The elastic job (1 slice up to all of them) of the drill's paced model, so a kill window shows in the log."""
     from gke_ray_tpu.core.maxtext import parse_value
 
     paced = {key: parse_value(value) for key, value in (item.split("=", 1) for item in PACED_MODEL)}
-    return submission(stack, out_dir, run_name, compile_cache, elastic=True,
+    return submission(stack, out_dir, run_name, elastic=True,
                       overrides={"steps": steps, "checkpoint_period": checkpoint_period, **paced})
 
 
@@ -277,34 +275,55 @@ def read_job(head: LocalRayHead, sid: str) -> tuple[str, Progress]:
     return log, progress
 
 
-def lose_a_slice(cluster: FakeTpuCluster, job: Submission, lost: str, timeout_s: float) -> Drill:
+def lose_a_slice(cluster: FakeTpuCluster, job: Submission, lost: str, timeout_s: float,
+                 comes_back: bool = False) -> Drill:
     """Run the elastic ``job`` on ``cluster`` and SIGKILL every host of slice ``lost`` once a checkpoint of step
     ``checkpoint_period`` or later is committed and a later step is logged; wait for the job to end and save its
-    log and record where ``gke_ray_tpu.training.report`` reads them (as the submit command does)."""
+    log and record where ``gke_ray_tpu.training.report`` reads them (as the submit command does).
+
+    ``comes_back``: the one-slice group that takes over holds after its next checkpoint (``tests/fake_tpu_job/hold.py``),
+    and once that checkpoint is committed and the lost hosts are gone from Ray's view, they are started again."""
     from gke_ray_tpu.training.driver.jobs_client import JobsApi
     from gke_ray_tpu.training.driver.run_files import JOB_LOG
     from gke_ray_tpu.training.driver.outcome import job_record
+    from tests.fake_tpu_job.hold import HOLD_ENV
 
     period = int(job.spec.maxtext["checkpoint_period"])
     checkpoints = job.run_dir / "checkpoints"
     started = time.monotonic()
-    sid = submit(cluster.head, job)
+    sid = submit(cluster.head, job, {HOLD_ENV: str(period + 1)} if comes_back else {})
     deadline = started + timeout_s
-    while True:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no kill window reached in {timeout_s:.0f} s")
-        time.sleep(0.5)
+
+    def wait(what: str, done) -> None:
+        while not done():
+            if time.monotonic() > deadline or cluster.head.jobs().get_job_status(sid).is_terminal():
+                raise AssertionError(f"{what}: not in {timeout_s:.0f} s\n{read_job(cluster.head, sid)[0][-3000:]}")
+            time.sleep(0.5)
+
+    progress = None
+
+    def kill_window() -> bool:
+        nonlocal progress
         saved = [c for c in committed_checkpoints(checkpoints) if c >= period]
         if not saved:  # the directory first: the whole log is read only once there is a checkpoint to pass
-            continue
+            return False
         _, progress = read_job(cluster.head, sid)
-        if progress.steps and max(progress.steps) > max(saved):
-            break
+        return bool(progress.steps) and max(progress.steps) > max(saved)
+
+    wait("a kill window", kill_window)
     killed_pid = cluster.slices[lost][0].proc.pid
     cluster.kill_slice(lost)
     killed_at, last_seen = time.time(), max(progress.steps)
     time.sleep(1)
     at_kill = committed_checkpoints(checkpoints)
+    back_at = None
+    if comes_back:
+        wait("the one-slice group's held checkpoint", lambda: max(committed_checkpoints(checkpoints)) > max(at_kill))
+        back_at = time.time()
+        # A host started again joins as a new node: the lost ones must be gone from Ray's view first.
+        wait("the lost hosts gone from Ray's view", lambda: sum(
+            node.state == "ALIVE" for node in cluster.head.state("nodes")) <= 1 + cluster.stack.hosts * (len(cluster.slices) - 1))
+        cluster.start_slice(lost)
     status = wait_for_end(cluster.head, sid, max(1.0, deadline - time.monotonic()))
     log, progress = read_job(cluster.head, sid)
     job.run_dir.mkdir(parents=True, exist_ok=True)
@@ -315,5 +334,5 @@ def lose_a_slice(cluster: FakeTpuCluster, job: Submission, lost: str, timeout_s:
         returncode=0, stderr="", status=status, log=log, progress=progress, killed_pid=killed_pid, killed_rank=None,
         killed_at=killed_at, last_step_seen=last_seen, checkpoints_at_kill=at_kill,
         checkpoints_at_end=committed_checkpoints(checkpoints), wall_s=time.monotonic() - started,
-        run_dir=job.run_dir, output_dir=str(job.run_dir),
+        run_dir=job.run_dir, output_dir=str(job.run_dir), back_at=back_at,
     )

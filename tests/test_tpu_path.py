@@ -9,16 +9,16 @@ with only the stand-ins ``tests/fake_tpu.py`` names. In order, on one cluster:
 1. a job of 2 slices submitted before any TPU host exists (a scale-to-zero stack's cold start): the slices
    come up afterwards and Ray Train places one worker per host, each slice on its own slice's hosts, with
    the multislice settings MaxText needs;
-2. an elastic job (1..2 slices) that loses every host of one slice mid-run: it continues on the other with
-   1-slice settings, resumes from its checkpoint, and the goodput accounting shows the recovery;
-3. a job of 2 slices when only one is left: it fails once the wait for slices ends, saying why;
-4. an elastic job (1..2 slices) submitted while one slice is up: it trains on that one and, once the second
-   slice's hosts come (on GKE: Ray's autoscaler raised the run's cluster and Kueue admitted the larger size,
-   tests/test_training_submit_queue.py), Ray Train's elastic policy takes them and the run goes on, on both, from
-   its checkpoint.
+2. an elastic job (1..2 slices) that loses every host of one slice mid-run: it goes on with the other with
+   1-slice settings from its checkpoint, and the goodput accounting shows the recovery; then the lost slice's
+   hosts come back (on GKE: Ray's autoscaler raised the run's cluster and Kueue admitted the larger size,
+   tests/test_training_submit_queue.py), Ray Train's elastic policy takes them and the run goes on, on both,
+   from the one slice's checkpoint. (A job started while only one slice is up gets its size from the same
+   decision as this restart: Ray Train's ``ElasticScalingPolicy.make_decision_for_non_running_worker_group``.)
+3. a job of 2 slices when only one is left: it fails once the wait for slices ends, saying why.
 
-Slow: a cluster of 5 Ray nodes, three MaxText runs on up to 4 CPU processes (one losing a slice, one gaining one)
-and a job that waits.
+Slow: a cluster of 5 Ray nodes, two MaxText runs on up to 4 CPU processes (one losing a slice and taking it
+back) and a job that waits.
 """
 
 from __future__ import annotations
@@ -33,12 +33,13 @@ from gke_ray_tpu.core.job_spec import COLD_START_TIMEOUT_S
 from tests.fake_tpu import (
     TEST_STACK, FakeTpuCluster, elastic_job, hosts_by_group, lose_a_slice, read_job, submission, submit, tpu_stack, wait_for_end,
 )
-from tests.drill import committed_checkpoints
 from tests.fake_tpu_job.__main__ import SLICE_WAIT_ENV
-from tests.fake_tpu_job.hold import HOLD_ENV
+from tests.fake_tpu_job.hold import HOLD_LINE
 
 ELASTIC_STEPS = 16
 PERIOD = 4
+LOST = "slice-b"
+"""The slice the elastic run loses (and takes back)."""
 JOB_TIMEOUT_S = 900
 """A bound on each job, not an expectation."""
 SHORT_WAIT_S = 15
@@ -66,13 +67,6 @@ def cluster(stack, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def compile_cache(tmp_path_factory):
-    """The jobs' ``jax_cache_dir``: the growth run's worker groups are the slice-loss run's two sizes of the same
-    model and steps, so they find their programs compiled."""
-    return tmp_path_factory.mktemp("jax-cache")
-
-
-@pytest.fixture(scope="module")
 def late_slices(cluster, cold_stack, tmp_path_factory):
     """A static 2-slice job submitted to a cluster with no TPU host; then the slices' hosts are started."""
     out = tmp_path_factory.mktemp("late")
@@ -86,10 +80,23 @@ def late_slices(cluster, cold_stack, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def slice_loss(late_slices, cluster, stack, compile_cache, tmp_path_factory):
+def slice_lost_and_back(late_slices, cluster, stack, tmp_path_factory):
+    """The elastic run that loses slice-b's hosts, goes on with slice-a and holds after its next checkpoint until
+    slice-b's hosts, started again, are taken (``tests/fake_tpu_job/hold.py``: the one-slice group can neither end
+    before the slice comes nor go on for hundreds of steps while Ray Train looks for it, once a minute)."""
     out = tmp_path_factory.mktemp("elastic")
-    job = elastic_job(stack, out, "fake-tpu-elastic", ELASTIC_STEPS, PERIOD, compile_cache)
-    return lose_a_slice(cluster, job, lost=cluster.slice_names()[-1], timeout_s=JOB_TIMEOUT_S)
+    job = elastic_job(stack, out, "fake-tpu-elastic", ELASTIC_STEPS, PERIOD)
+    return lose_a_slice(cluster, job, lost=LOST, timeout_s=JOB_TIMEOUT_S, comes_back=True)
+
+
+@pytest.fixture(scope="module")
+def one_slice_left(slice_lost_and_back, cluster, stack):
+    """slice-b's hosts lost again, and gone from Ray's view."""
+    cluster.kill_slice(LOST)
+    deadline = time.monotonic() + START_BOUND_S
+    while sum(node.state == "ALIVE" for node in cluster.head.state("nodes")) > 1 + stack.hosts:
+        assert time.monotonic() < deadline, "the lost slice's nodes are still alive in Ray's view"
+        time.sleep(1)
 
 
 def assert_slices_placed(hosts, stack, slices: int) -> None:
@@ -129,36 +136,64 @@ def test_slices_that_come_after_the_submission_are_reserved_and_get_one_worker_p
     assert "Using SlicePlacementGroup utility to reserve 2 slice(s) with topology '2x2x2'" in log
 
 
-def test_after_losing_a_slice_the_elastic_run_finishes_on_the_other(slice_loss, stack):
-    assert slice_loss.status == "SUCCEEDED", slice_loss.log[-3000:]
-    assert sorted(slice_loss.progress.steps) == list(range(ELASTIC_STEPS))
-    first, *_, last = hosts_by_group(slice_loss.log, slice_loss.progress)
+def test_after_losing_a_slice_the_elastic_run_goes_on_with_the_other(slice_lost_and_back, stack):
+    run = slice_lost_and_back
+    assert run.status == "SUCCEEDED", run.log[-3000:]
+    # Every step is in the log, but for the one-slice group's last two before its hold: MaxText writes a step's
+    # line once it has buffered the next step's metrics, after that step's checkpoint save, where the group held
+    # (maxtext.trainers.pre_train.train's loop; MetricLogger.buffer_and_write_metrics). The killed group may have
+    # logged them before it died.
+    held = run.resumed_group.restored_step + PERIOD
+    assert set(range(ELASTIC_STEPS)) - {held - 1, held} <= set(run.progress.steps) <= set(range(ELASTIC_STEPS))
+    first, resumed, *_ = hosts_by_group(run.log, run.progress)
     assert_slices_placed(first, stack, slices=2)
-    assert_slices_placed(last, stack, slices=1)
-    assert {h.settings["TPU_NAME"] for h in last} < {h.settings["TPU_NAME"] for h in first}
-    assert "slice-b" not in {h.settings["TPU_NAME"] for h in last}
+    assert_slices_placed(resumed, stack, slices=1)
+    assert {h.settings["TPU_NAME"] for h in resumed} < {h.settings["TPU_NAME"] for h in first}
+    assert LOST not in {h.settings["TPU_NAME"] for h in resumed}
 
 
-def test_the_run_on_one_slice_resumes_from_the_checkpoint_the_two_wrote(slice_loss):
-    killed, resumed = slice_loss.killed_group, slice_loss.resumed_group
-    assert killed.restored_step is None and PERIOD in slice_loss.checkpoints_at_kill
-    assert resumed.restored_step == max(slice_loss.checkpoints_at_kill)
-    assert sorted(resumed.steps) == list(range(resumed.restored_step + 1, ELASTIC_STEPS))
-    assert slice_loss.checkpoints_at_end[-1] == ELASTIC_STEPS - 1
+def test_the_run_on_one_slice_resumes_from_the_checkpoint_the_two_wrote(slice_lost_and_back):
+    run = slice_lost_and_back
+    killed, resumed = run.killed_group, run.resumed_group
+    assert killed.restored_step is None and PERIOD in run.checkpoints_at_kill
+    assert resumed.restored_step == max(run.checkpoints_at_kill)
+    # It trained to its next checkpoint, where it held until the lost slice came back (its log two steps short).
+    held = resumed.restored_step + PERIOD
+    assert sorted(resumed.steps) == list(range(resumed.restored_step + 1, held - 1))
+    assert f"{HOLD_LINE} {held}" in run.log and held in run.checkpoints_at_end
+    assert run.checkpoints_at_end[-1] == ELASTIC_STEPS - 1
 
 
-def test_goodput_counts_the_slice_loss_as_recovery(slice_loss, capsys):
+def test_goodput_counts_the_slice_loss_and_the_return_as_recovery(slice_lost_and_back, capsys):
+    """Each restart's recovery against the test's own clock: from the kill to the next group's first step, and from
+    the held checkpoint (seen committed) to the first step of the group that took the slice back."""
     from gke_ray_tpu.training import report
 
-    assert report.main([str(slice_loss.run_dir), "--json"]) == 0
+    run = slice_lost_and_back
+    assert report.main([str(run.run_dir), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)["goodput"]
     buckets, wall = result["buckets"], result["wall_s"]
     assert abs(sum(buckets.values()) - wall) <= 0.05 * wall and 0 < result["goodput_pct"] < 100
-    assert result["restarts"] >= 1 and buckets["recovery"] > 0
-    assert buckets["recovery"] <= slice_loss.recovery()["next_step_s"] + 1, buckets
+    assert result["restarts"] == 2 and buckets["recovery"] > 0
+    lost = run.recovery()["next_step_s"]
+    back = run.recovery(run.progress.groups[2], since=run.back_at)["next_step_s"]
+    assert buckets["recovery"] <= lost + back + 2, (buckets, lost, back)
 
 
-def test_a_slice_that_never_comes_fails_the_run_once_the_wait_ends(slice_loss, cluster, cold_stack, tmp_path):
+def test_when_the_lost_slice_comes_back_the_run_takes_it_and_goes_on_on_both(slice_lost_and_back, stack):
+    run = slice_lost_and_back
+    groups = hosts_by_group(run.log, run.progress)
+    assert len(groups) == 3, run.log[-3000:]
+    assert_slices_placed(groups[-1], stack, slices=2)
+    assert LOST in {h.settings["TPU_NAME"] for h in groups[-1]}
+    assert "Deciding to resize the worker group from 2 -> 4 workers" in run.log
+    # The larger group went on from the one slice's last checkpoint, not from the start.
+    held = run.resumed_group.restored_step + PERIOD
+    assert run.progress.groups[-1].restored_step == held and max(run.progress.steps) == ELASTIC_STEPS - 1
+    assert sorted(run.progress.groups[-1].steps) == list(range(held + 1, ELASTIC_STEPS))
+
+
+def test_a_slice_that_never_comes_fails_the_run_once_the_wait_ends(one_slice_left, cluster, cold_stack, tmp_path):
     job = submission(cold_stack, tmp_path, "fake-tpu-never", overrides={"steps": 3})
     started = time.monotonic()
     sid = submit(cluster.head, job, {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(SHORT_WAIT_S),
@@ -169,43 +204,6 @@ def test_a_slice_that_never_comes_fails_the_run_once_the_wait_ends(slice_loss, c
     assert status == "FAILED" and not progress.steps, log[-3000:]
     assert 2 * SHORT_WAIT_S <= took < 2 * SHORT_WAIT_S + START_BOUND_S, took
     assert "Ray Train could not place 4 workers (v5p-16 slices) in 30 s (2 waits)" in log, log[-3000:]
-
-
-GROWTH_STEPS = ELASTIC_STEPS
-"""The run's steps: the one-slice group trains steps 0..PERIOD and holds after its checkpoint of step PERIOD
-(``tests/fake_tpu_job/hold.py``) until Ray Train's elastic policy, which looks for more slices every
-``ScalingConfig.elastic_resize_monitor_interval_s`` (60 s in Ray 2.60), replaces it; the group of both slices
-trains the rest. As many steps as the slice-loss run (the learning-rate schedule is compiled into the train step),
-so both groups' programs are in the module's compilation cache."""
-
-
-def test_an_elastic_run_started_on_one_slice_takes_the_second_when_it_comes(slice_loss, cluster, stack, compile_cache,
-                                                                          tmp_path):
-    lost = cluster.slice_names()[-1]  # slice_loss killed it: one slice is up
-    job = elastic_job(stack, tmp_path, "fake-tpu-grow", GROWTH_STEPS, PERIOD, compile_cache)
-    sid = submit(cluster.head, job, {HOLD_ENV: str(PERIOD)})
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    # Training on the one slice, up to its checkpoint of step PERIOD (committed).
-    while PERIOD not in committed_checkpoints(job.run_dir / "checkpoints"):
-        ended = cluster.head.jobs().get_job_status(sid).is_terminal()
-        assert time.monotonic() < deadline and not ended, read_job(cluster.head, sid)[0][-3000:]
-        time.sleep(1)
-    # The lost slice's hosts must be gone from Ray's view first: a host started again joins as a new node.
-    while sum(1 for node in cluster.head.state("nodes") if node.state == "ALIVE") > 1 + stack.hosts:
-        assert time.monotonic() < deadline, "the lost slice's nodes are still alive in Ray's view"
-        time.sleep(1)
-    cluster.start_slice(lost)
-    status = wait_for_end(cluster.head, sid, max(1.0, deadline - time.monotonic()))
-    log, progress = read_job(cluster.head, sid)
-    assert status == "SUCCEEDED", log[-3000:]
-    first, *_, last = hosts_by_group(log, progress)
-    assert_slices_placed(first, stack, slices=1)
-    assert_slices_placed(last, stack, slices=2)
-    assert lost in {h.settings["TPU_NAME"] for h in last}
-    assert "Deciding to resize the worker group from 2 -> 4 workers" in log
-    # The larger group went on from the one slice's last checkpoint, not from the start.
-    assert progress.groups[-1].restored_step == PERIOD and max(progress.steps) == GROWTH_STEPS - 1
-    assert sorted(progress.groups[-1].steps) == list(range(PERIOD + 1, GROWTH_STEPS))
 
 
 @pytest.mark.parametrize("wait_s", [7, 20, 900, 1800, 4000])

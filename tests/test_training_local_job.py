@@ -21,6 +21,7 @@ import sysconfig
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import requests
@@ -37,6 +38,7 @@ from tests.drill import jax_compile_seconds, maxtext_step_seconds
 from tests.fakes import FakeCoreV1, pod
 
 RUN = "pytest-tiny"
+DECLARED = "pytest-declared"
 
 
 def reported_losses(err: str, prefix: str) -> tuple[float, float]:
@@ -169,37 +171,6 @@ def test_the_goodput_of_the_local_run_agrees_with_maxtexts_step_times_and_jaxs_c
     assert 0 < wall <= measured + 1
 
 
-def test_a_terminal_gets_a_progress_bar_and_at_most_40_lines(ray_head, warm_cache, tmp_path):
-    """A real terminal (a pty): the bar redraws in place; the worker logs stay in the job log."""
-    import pty
-
-    controller, terminal = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gke_ray_tpu.training.submit", "--local", "--address", ray_head.address,
-         "--output-dir", str(tmp_path), "run_name=pytest-tty", f"jax_cache_dir={warm_cache}"],
-        cwd=REPO_ROOT, stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True,
-        env={**os.environ, **ray_head.address_env, "COLUMNS": "160", "LINES": "50", "TERM": "xterm-256color"},
-    )
-    os.close(terminal)
-    screen = b""
-    while True:
-        try:
-            chunk = os.read(controller, 65536)
-        except OSError:  # the pty closes when the command exits
-            break
-        if not chunk:
-            break
-        screen += chunk
-    os.close(controller)
-    assert proc.wait(timeout=300) == 0, screen.decode(errors="replace")[-3000:]
-    text = screen.decode(errors="replace")
-    assert text.count("\n") <= 40, text
-    assert "10/10" in text and "\x1b[" in text  # the bar, drawn with terminal control sequences
-    assert "completed step:" not in text and "Config param" not in text
-    assert "SUCCEEDED" in text and "figure: " in text and "goodput " in text
-    assert (tmp_path / "pytest-tty" / "job.log").read_text().count("completed step: 9,") == 2
-
-
 def test_orbax_checkpoints_where_maxtext_puts_them(local_job):
     _, _, out = local_job
     checkpoints = out / RUN / "checkpoints"
@@ -323,10 +294,37 @@ def python_without_the_project(where: Path) -> Path:
     return where / "bin"
 
 
-def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head, warm_cache, tmp_path):
-    """The RayJob's own entry point and runtime env (rendered for the CPU preset, the bucket mounted at
-    tmp_path), with the code archive the submit command uploads for a run with its own cluster (the files
-    MaxTextRun uploads): it runs to completion from the archive alone, and `--follow` attaches to it by run name."""
+def follow_in_a_terminal(ray_head: LocalRayHead, out: Path, run: str) -> tuple[int, str]:
+    """``submit --follow run`` in a real terminal (a pty): its exit status and everything the terminal received."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gke_ray_tpu.training.submit", "--local", "--address", ray_head.address,
+         "--output-dir", str(out), "--follow", run],
+        cwd=REPO_ROOT, stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True,
+        env={**os.environ, **ray_head.address_env, "COLUMNS": "160", "LINES": "50", "TERM": "xterm-256color"},
+    )
+    os.close(terminal)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the pty closes when the command exits
+            break
+        if not chunk:
+            break
+        screen += chunk
+    os.close(controller)
+    return proc.wait(timeout=300), screen.decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def declared_job(ray_head, warm_cache, tmp_path_factory):
+    """The RayJob's own entry point and runtime env (rendered for the CPU preset, the bucket mounted at the run's
+    folder), with the code archive the submit command uploads for a run with its own cluster (the files
+    MaxTextRun uploads), submitted as KubeRay submits it; then `--follow` by run name, in a terminal. Two tests read
+    this one run: what a terminal shows, and that the archive alone ran it."""
     import yaml
 
     from gke_ray_tpu.core.ray_job import HeldCluster, RayJobRun, archived_command, ray_job
@@ -334,34 +332,51 @@ def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head
     from gke_ray_tpu.core.job_spec import build_job
     from gke_ray_tpu.core.presets import get_preset
 
-    run = "pytest-declared"
-    spec = build_job(get_preset("tiny-cpu"), base_output_directory=str(tmp_path), run_name=run, slices=2,
+    out = tmp_path_factory.mktemp("declared")
+    spec = build_job(get_preset("tiny-cpu"), base_output_directory=str(out), run_name=DECLARED, slices=2,
                      compilation_cache_dir=str(warm_cache))
     files = package_files()
-    archive = tmp_path / archive_object(digest(files))
+    archive = out / archive_object(digest(files))
     archive.parent.mkdir(parents=True)
     archive.write_bytes(archive_zip(files))
-    command = archived_command(spec, sha256(files), cold_start=False, mount=str(tmp_path))
-    manifest = ray_job(RayJobRun(run, "default", command, HeldCluster("local")))
+    command = archived_command(spec, sha256(files), cold_start=False, mount=str(out))
+    manifest = ray_job(RayJobRun(DECLARED, "default", command, HeldCluster("local")))
     env = yaml.safe_load(manifest["spec"]["runtimeEnvYAML"])
-    assert env["env_vars"]["PYTHONPATH"] == str(archive) and "py_modules" not in env
-    client = ray_head.jobs()
-    sid = client.submit_job(entrypoint=manifest["spec"]["entrypoint"], runtime_env=env,
-                            submission_id=manifest["spec"]["jobId"])
+    sid = ray_head.jobs().submit_job(entrypoint=manifest["spec"]["entrypoint"], runtime_env=env,
+                                     submission_id=manifest["spec"]["jobId"])
+    rc, screen = follow_in_a_terminal(ray_head, out, DECLARED)
+    return SimpleNamespace(out=out, archive=archive, manifest=manifest, env=env, sid=sid, rc=rc, screen=screen)
 
-    rc, err = _submit(ray_head, "--local", "--address", ray_head.address, "--output-dir", str(tmp_path), "--follow", run)
-    assert rc == 0, err
-    assert f"[submit] {sid} is " in err and "[submit] step 10/10  loss " in err
-    assert f"[submit] {sid} SUCCEEDED after " in err and f"figure: {tmp_path / run / 'report.png'}" in err
+
+
+def test_a_terminal_gets_a_progress_bar_and_at_most_40_lines(declared_job):
+    """A real terminal (a pty): the bar redraws in place; the worker logs stay in the job log."""
+    text = declared_job.screen
+    assert declared_job.rc == 0, text[-3000:]
+    assert text.count("\n") <= 40, text
+    assert "10/10" in text and "\x1b[" in text  # the bar, drawn with terminal control sequences
+    assert "completed step:" not in text and "Config param" not in text
+    assert "SUCCEEDED" in text and "figure: " in text and "goodput " in text
+    assert (declared_job.out / DECLARED / "job.log").read_text().count("completed step: 9,") == 2
+
+
+def test_a_declared_runs_job_runs_from_its_code_archive_and_is_followed(ray_head, declared_job):
+    """It runs to completion from the archive alone, and `--follow` attaches to it by run name."""
+    env, sid, out, text = dict(declared_job.env), declared_job.sid, declared_job.out, declared_job.screen
+    assert env["env_vars"]["PYTHONPATH"] == str(declared_job.archive) and "py_modules" not in env
+    assert declared_job.rc == 0, text[-3000:]
+    assert f"[submit] {sid} is " in text and "10/10" in text
+    assert f"[submit] {sid} SUCCEEDED after " in text and f"figure: {out / DECLARED / 'report.png'}" in text
+    client = ray_head.jobs()
     assert client.get_job_status(sid) == JobStatus.SUCCEEDED
-    assert sorted(int(p.name) for p in (tmp_path / run / "checkpoints").iterdir()) == [0, 5, 9]
+    assert sorted(int(p.name) for p in (out / DECLARED / "checkpoints").iterdir()) == [0, 5, 9]
 
     # The control: the same job without the archive on PYTHONPATH finds no code on the cluster. Its `python` is
     # one that has Ray and MaxText but not this project, as the cluster's image has: this checkout's .venv
     # installs the project (editable), a cluster's Python does not.
-    del env["env_vars"]["PYTHONPATH"]
-    env["env_vars"]["PATH"] = f"{python_without_the_project(tmp_path / 'bare')}:{os.environ['PATH']}"
-    control = client.submit_job(entrypoint=manifest["spec"]["entrypoint"], runtime_env=env)
+    env["env_vars"] = {k: v for k, v in env["env_vars"].items() if k != "PYTHONPATH"}
+    env["env_vars"]["PATH"] = f"{python_without_the_project(out / 'bare')}:{os.environ['PATH']}"
+    control = client.submit_job(entrypoint=declared_job.manifest["spec"]["entrypoint"], runtime_env=env)
     deadline = time.monotonic() + 120
     while client.get_job_status(control) not in (JobStatus.SUCCEEDED, JobStatus.FAILED) and time.monotonic() < deadline:
         time.sleep(1)
