@@ -163,6 +163,14 @@ class FakeTpuCluster(Started):
                         raise
         return self.slices[name]
 
+    def pids(self) -> list[int]:
+        """Every live process of the cluster: those of the head's and the hosts' process sessions."""
+        from tests.processes import session_id
+
+        leaders = {self.head._proc.pid, *(node.proc.pid for nodes in self.slices.values() for node in nodes if node.proc)}
+        return [int(entry.name) for entry in Path("/proc").iterdir()
+                if entry.name.isdigit() and session_id(int(entry.name)) in leaders]
+
     def kill_slice(self, name: str) -> None:
         with ThreadPoolExecutor(len(self.slices[name])) as pool:
             list(pool.map(LocalRayNode.kill, self.slices[name]))

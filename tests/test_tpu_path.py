@@ -23,13 +23,16 @@ back) and a job that waits.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from pathlib import Path
 
 import pytest
 
 from gke_ray_tpu.core import parallelism
 from gke_ray_tpu.core.job_spec import COLD_START_TIMEOUT_S
+from gke_ray_tpu.training.driver.timeline import ABSL_TIME
 from tests.fake_tpu import (
     TEST_STACK, FakeTpuCluster, elastic_job, hosts_by_group, lose_a_slice, read_job, submission, submit, tpu_stack, wait_for_end,
 )
@@ -134,6 +137,23 @@ def test_slices_that_come_after_the_submission_are_reserved_and_get_one_worker_p
     # The run's mesh: dcn_* over the 2 slices MaxText is told of, ici_* over each slice's chips.
     parallelism.check_static(job.spec.maxtext, stack.outputs.chips_per_slice, int(hosts[0].settings["MEGASCALE_NUM_SLICES"]))
     assert "Using SlicePlacementGroup utility to reserve 2 slice(s) with topology '2x2x2'" in log
+
+
+def test_one_log_monitor_publishes_every_hosts_worker_lines_once(late_slices, cluster):
+    """The hosts share the head's session directory and leave its log monitor to publish their workers' lines
+    (``LocalRayNode``): each line reaches the job's log once, none is missing."""
+    _, _, log, progress = late_slices
+    (hosts,) = hosts_by_group(log, progress)
+    assert len(hosts) == 4  # each host's worker's line is there
+    # ... and once: a line stamped to the microsecond (absl's) published twice would be there twice.
+    stamped = [line for line in log.splitlines() if ABSL_TIME.search(line)]
+    assert len(stamped) > 100 and len(set(stamped)) == len(stamped)
+    monitors = []
+    for pid in cluster.pids():
+        with contextlib.suppress(OSError):
+            if b"log_monitor.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                monitors.append(pid)
+    assert len(monitors) == 1, monitors
 
 
 def test_after_losing_a_slice_the_elastic_run_goes_on_with_the_other(slice_lost_and_back, stack):

@@ -298,13 +298,13 @@ class LocalRayNode(Started):
             time.sleep(0.5)
         bin_dir = Path(sys.executable).parent
         ports = dict(zip(_NODE_PORT_FLAGS, free_ports(len(_NODE_PORT_FLAGS))))
-        # A directory of its own, as each pod of a cluster has: by default a node shares the head's, and then every
-        # node's log monitor publishes every node's worker logs (each line of a job's log once per node).
-        temp_dir = tempfile.mkdtemp(prefix="n", dir=self.head._temp_dir)
+        # The head's session directory, without a log monitor of its own: the head's publishes every node's worker
+        # logs, once (a monitor per node would each publish them all). Ray's own nodes on one machine run so
+        # (ray.cluster_utils.Cluster.add_node: one log monitor per physical host).
         cmd = [
             str(bin_dir / "ray"), "start", f"--address={self.head.gcs_address}", "--block",
             "--node-ip-address=127.0.0.1", f"--num-cpus={self.num_cpus}", "--object-store-memory=268435456",
-            f"--temp-dir={temp_dir}",
+            f"--temp-dir={self.head._temp_dir}", "--include-log-monitor=False",
             "--disable-usage-stats", *(f"{flag}={port}" for flag, port in ports.items()), *WORKER_PORTS_FREE,
             *([f"--resources={json.dumps(self.resources)}"] if self.resources else []),
         ]
