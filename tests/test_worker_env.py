@@ -11,8 +11,10 @@ import hashlib
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -378,7 +380,7 @@ RAY_UV_SCRIPT = """
 import json, sys
 import ray
 env = json.loads(sys.argv[1])
-ray.init(num_cpus=1, include_dashboard=False)
+ray.init(num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[2])
 
 @ray.remote(runtime_env=env)
 def versions():
@@ -390,7 +392,18 @@ print(json.dumps(ray.get(versions.remote(), timeout=300)))
 """
 
 
-def test_rays_uv_runtime_env_installs_the_missing_part_of_a_lock_with_the_trainers_options(wheels, tmp_path, monkeypatch):
+@pytest.fixture()
+def ray_temp_dir():
+    """Ray's temp dir for one test, removed after it. Ray's uv plugin clones this venv (2.7 GB) into the session's
+    runtime_resources, which Ray's default /tmp/ray would keep after every run. Under /tmp: Ray's socket paths
+    must stay short."""
+    path = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    yield Path(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_rays_uv_runtime_env_installs_the_missing_part_of_a_lock_with_the_trainers_options(wheels, tmp_path, monkeypatch,
+                                                                                        ray_temp_dir):
     """The trainer's runtime env as Ray 2.60's uv plugin runs it: a virtualenv over this Python, the lock's lines
     with their hashes, --no-deps --require-hashes --only-binary :all:. The workers see the installed wheel and this
     Python's own packages. Without ``uv_version``: Ray would pip-install that uv from PyPI; this venv has the same
@@ -400,7 +413,8 @@ def test_rays_uv_runtime_env_installs_the_missing_part_of_a_lock_with_the_traine
     env = trainer.tpu_worker_env(worker_env.installed_here())
     assert env["uv"].pop("uv_version") == f"=={worker_env.UV_VERSION}"
     env["env_vars"] = {**env["env_vars"], "UV_NO_INDEX": "1", "UV_FIND_LINKS": str(wheels)}
-    result = subprocess.run([sys.executable, "-c", RAY_UV_SCRIPT, json.dumps(env)], capture_output=True, text=True,
-                            timeout=600, cwd=tmp_path)
+    result = subprocess.run([sys.executable, "-c", RAY_UV_SCRIPT, json.dumps(env), str(ray_temp_dir)],
+                            capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == ["1.0", "1.0", metadata.version("jax")]
+    assert list(ray_temp_dir.glob("session_*/runtime_resources/uv/*/virtualenv"))  # the clone is where it is removed
