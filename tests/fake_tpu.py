@@ -175,6 +175,15 @@ class FakeTpuCluster(Started):
         with ThreadPoolExecutor(len(self.slices[name])) as pool:
             list(pool.map(LocalRayNode.kill, self.slices[name]))
 
+    def wait_until_gone(self, name: str, timeout_s: float) -> None:
+        """Until Ray lists none of killed slice ``name``'s hosts as alive: a host started again joins as a new node."""
+        others = sum(len(nodes) for slice_name, nodes in self.slices.items() if slice_name != name)
+        deadline = time.monotonic() + timeout_s
+        while sum(node.state == "ALIVE" for node in self.head.state("nodes")) > 1 + others:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{name}'s hosts still alive in Ray's view after {timeout_s:.0f} s")
+            time.sleep(0.5)
+
     def _close(self) -> None:
         for nodes in self.slices.values():
             for node in nodes:
@@ -328,9 +337,7 @@ def lose_a_slice(cluster: FakeTpuCluster, job: Submission, lost: str, timeout_s:
     if comes_back:
         wait("the one-slice group's held checkpoint", lambda: max(committed_checkpoints(checkpoints)) > max(at_kill))
         back_at = time.time()
-        # A host started again joins as a new node: the lost ones must be gone from Ray's view first.
-        wait("the lost hosts gone from Ray's view", lambda: sum(
-            node.state == "ALIVE" for node in cluster.head.state("nodes")) <= 1 + cluster.stack.hosts * (len(cluster.slices) - 1))
+        cluster.wait_until_gone(lost, max(1.0, deadline - time.monotonic()))
         cluster.start_slice(lost)
     status = wait_for_end(cluster.head, sid, max(1.0, deadline - time.monotonic()))
     log, progress = read_job(cluster.head, sid)
