@@ -163,13 +163,12 @@ class FakeTpuCluster(Started):
                         raise
         return self.slices[name]
 
-    def pids(self) -> list[int]:
+    def pids(self) -> set[int]:
         """Every live process of the cluster: those of the head's and the hosts' process sessions."""
-        from tests.processes import session_id
+        from tests.processes import in_sessions
 
-        leaders = {self.head._proc.pid, *(node.proc.pid for nodes in self.slices.values() for node in nodes if node.proc)}
-        return [int(entry.name) for entry in Path("/proc").iterdir()
-                if entry.name.isdigit() and session_id(int(entry.name)) in leaders]
+        return in_sessions({self.head._proc.pid, *(node.proc.pid for nodes in self.slices.values() for node in nodes
+                                                   if node.proc)})
 
     def kill_slice(self, name: str) -> None:
         with ThreadPoolExecutor(len(self.slices[name])) as pool:

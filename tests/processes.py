@@ -117,6 +117,12 @@ def session_id(pid: int) -> int | None:
     return None if fields is None else int(fields[3])
 
 
+def in_sessions(sessions: set[int]) -> set[int]:
+    """The live processes whose session is one of ``sessions`` (not zombies: SIGKILLed, not yet reaped)."""
+    return {int(entry.name) for entry in os.scandir("/proc") if entry.name.isdigit()
+            and session_id(int(entry.name)) in sessions}
+
+
 def belonging(marker: str, spared: set[int] = frozenset()) -> set[int]:
     """The live processes of ``marker``'s session but ``spared``: those that carry it, and every process in a
     session (``setsid``) whose leader carries it, unless a spared process is in it too. A Ray head's or node's
@@ -125,9 +131,7 @@ def belonging(marker: str, spared: set[int] = frozenset()) -> set[int]:
     something else, the terminal's or the CI runner's that pytest runs in, is never taken whole.)"""
     carriers = set(marked(marker)) - spared
     sessions = {sid for sid in map(session_id, carriers) if sid in carriers} - {session_id(pid) for pid in spared}
-    mates = {int(entry.name) for entry in os.scandir("/proc") if entry.name.isdigit()
-             and session_id(int(entry.name)) in sessions}
-    return (carriers | mates) - spared
+    return (carriers | in_sessions(sessions)) - spared
 
 
 def sweep(marker: str, wait_s: float = SWEEP_WAIT_S) -> list[int]:

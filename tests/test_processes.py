@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.processes import MARKER_ENV, marked, new_marker, registry, session_id, start_watchdog, sweep, sweep_stale
+from tests.processes import (
+    MARKER_ENV, in_sessions, marked, new_marker, registry, session_id, start_watchdog, sweep, sweep_stale,
+)
 from tests.session_target import CHILD_ONLY_ENV, READY_ENV, START_BOUND_S
 
 
@@ -82,11 +84,11 @@ def test_a_session_stopped_by_sigint_sigterm_or_sigkill_leaves_no_process_behind
 
 
 def _in_sessions(sids: set[int]) -> list[str]:
-    """The live processes in those sessions (not zombies: SIGKILLed, not yet reaped), as ``pid name``."""
+    """The live processes in those sessions (:func:`tests.processes.in_sessions`), as ``pid name``."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and session_id(int(entry.name)) in sids:
-            found.append(f"{entry.name} {(entry / 'comm').read_text().strip() if (entry / 'comm').exists() else ''}")
+    for pid in sorted(in_sessions(sids)):
+        with contextlib.suppress(OSError):  # gone meanwhile: nothing to name
+            found.append(f"{pid} {Path(f'/proc/{pid}/comm').read_text().strip()}")
     return found
 
 
