@@ -40,7 +40,9 @@ def cluster(tmp_path_factory):
 
 def test_runs_until_stopped(request):
     head, node = (None, None) if os.environ.get(CHILD_ONLY_ENV) else request.getfixturevalue("cluster")
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True)
+    child = subprocess.Popen([sys.executable, "-c", "import time; print(flush=True); time.sleep(3600)"],
+                             start_new_session=True, stdout=subprocess.PIPE)
+    child.stdout.readline()  # it runs: its exec is over, so its environment (the marker) reads whole in /proc
     Path(os.environ[READY_ENV]).write_text(json.dumps({
         "marker": os.environ[MARKER_ENV], "pytest": os.getpid(), "head": head and head._proc.pid,
         "node": node and node.proc.pid, "child": child.pid}))

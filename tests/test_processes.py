@@ -92,14 +92,30 @@ def _in_sessions(sids: set[int]) -> list[str]:
     return found
 
 
-_SPAWNS = """
+_SLEEP = "import time; print(flush=True); time.sleep(600)"
+"""A sleeper that first says it runs. Popen returns before the kernel has set up the new program's environment,
+and until then ``/proc/<pid>/environ`` reads empty (293 of 300 reads right after Popen, with both cores busy), so
+a test looks for a process's marker only after that line."""
+
+
+def _sleeper(**popen) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", _SLEEP], stdout=subprocess.PIPE, **popen)
+    proc.stdout.readline()
+    return proc
+
+
+_SPAWNS = f"""
 import os, subprocess, sys, time
-sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
-kids = [subprocess.Popen(sleep, env={}), subprocess.Popen(sleep, env={**os.environ, **dict([sys.argv[1].split("=")])})]
+sleep = [sys.executable, "-c", {_SLEEP!r}]
+kids = [subprocess.Popen(sleep, env={{}}, stdout=subprocess.PIPE),
+        subprocess.Popen(sleep, env={{**os.environ, **dict([sys.argv[1].split("=")])}}, stdout=subprocess.PIPE)]
+for kid in kids:
+    kid.stdout.readline()
 print(*(k.pid for k in kids), flush=True)
 time.sleep(600)
 """
-"""Starts an unmarked sleeper and a sleeper with the marker (argv[1], ``NAME=value``); prints their pids."""
+"""Starts an unmarked sleeper and a sleeper with the marker (argv[1], ``NAME=value``); prints their pids once both
+run."""
 
 
 def test_a_renamed_process_goes_with_the_session_its_marked_leader_leads_and_no_other_session_is_taken_whole():
@@ -131,13 +147,12 @@ def test_a_renamed_process_goes_with_the_session_its_marked_leader_leads_and_no_
 
 def _marked_sleeper(marker: str) -> subprocess.Popen:
     """A process of a session ``marker``, in a session of its own (as a Ray head is)."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                            env={**os.environ, MARKER_ENV: marker}, start_new_session=True)
+    return _sleeper(env={**os.environ, MARKER_ENV: marker}, start_new_session=True)
 
 
 def _owner() -> subprocess.Popen:
     """Stands in for a pytest process: a marker names it (pid, start time) and it can be killed."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    return _sleeper()
 
 
 def test_the_watchdog_ends_the_sessions_processes_once_its_pytest_is_gone():
