@@ -35,7 +35,6 @@ from typing import Mapping
 
 from gke_ray_tpu.core.job_spec import TRAINER_MODULE, submission_id_for
 from gke_ray_tpu.core.presets import get_preset
-from gke_ray_tpu.training.driver.errors import ClusterError
 from gke_ray_tpu.training.driver.local_ray import LocalRayHead, LocalRayNode, Started
 from gke_ray_tpu.training.driver.progress import WORKER_PID, Progress
 from gke_ray_tpu.training.driver.request import SubmitRequest
@@ -57,7 +56,6 @@ ON_CPU = {"hardware": "cpu", "model_name": "default", "ici_fsdp_parallelism": -1
 worker, one FSDP axis filled in over them (as in a slice) and data parallelism over DCN left to MaxText (-1)."""
 TRAINER_STAND_IN = REPO_ROOT / "tests" / "fake_tpu_job"
 RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
-START_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -118,49 +116,17 @@ class FakeTpuCluster(Started):
         return [f"slice-{chr(ord('a') + i)}" for i in range(self.stack.slices)]
 
     def _start(self) -> None:
-        """Start the head, again if its raylet did not register in Ray's fixed 30 s (``ray start`` then exits,
-        after its dashboard may have answered)."""
-        for attempt in range(START_ATTEMPTS):
-            self.head = LocalRayHead(num_cpus=1, log_path=self.out_dir / f"ray-head.{attempt}.log", multi_node=True)
-            try:
-                self.head.__enter__()
-                self._wait_for_the_head_node()
-                return
-            except ClusterError:
-                self.head.stop()
-                if attempt == START_ATTEMPTS - 1:
-                    raise
-
-    def _wait_for_the_head_node(self) -> None:
-        from ray.util.state.exception import RayStateApiException
-
-        deadline = time.monotonic() + 60
-        while self.head._proc.poll() is None and time.monotonic() < deadline:
-            try:
-                if self.head.state("nodes", filters=[("state", "=", "ALIVE")]):
-                    return
-            except RayStateApiException:
-                pass
-            time.sleep(0.5)
-        raise ClusterError(f"the fake-TPU cluster's head did not register (log: {self.head.log_path})")
+        self.head = LocalRayHead(num_cpus=1, log_path=self.out_dir / "ray-head.log", multi_node=True).__enter__()
 
     def start_slice(self, name: str) -> list[LocalRayNode]:
-        """Start the hosts of slice ``name``, one after the other. A raylet that has not registered within Ray's
-        fixed 30 s gives up (on 2 cores shared with other work, it happens): such a host is started again."""
+        """Start the hosts of slice ``name``, one after the other."""
         self.slices[name] = []
         for worker in range(self.stack.hosts):
-            for attempt in range(START_ATTEMPTS):
-                node = LocalRayNode(
-                    self.head, num_cpus=1, log_path=self.out_dir / f"{name}-{worker}.{attempt}.log",
-                    env={**self.stack.pod_env, **webhook_env(self.stack.outputs, name, worker)},
-                    resources={"TPU": self.stack.tpus_per_host},
-                )
-                try:
-                    self.slices[name].append(node.__enter__())
-                    break
-                except ClusterError:
-                    if attempt == START_ATTEMPTS - 1:
-                        raise
+            self.slices[name].append(LocalRayNode(
+                self.head, num_cpus=1, log_path=self.out_dir / f"{name}-{worker}.log",
+                env={**self.stack.pod_env, **webhook_env(self.stack.outputs, name, worker)},
+                resources={"TPU": self.stack.tpus_per_host},
+            ).__enter__())
         return self.slices[name]
 
     def pids(self) -> set[int]:

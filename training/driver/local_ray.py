@@ -67,6 +67,13 @@ WORKER_PORTS_FREE = ("--min-worker-port=0", "--max-worker-port=0")
 ``ray start``'s fixed 10002-19999, which every other Ray on this machine hands out too."""
 
 
+START_ATTEMPTS = 3
+"""How many times a head or node is started before its start fails. ``ray start`` gives its raylet a fixed 30 s to
+register with the GCS and then exits (Ray 2.60's ``Node.__init__``; the ``RAY_raylet_start_wait_time_s`` its
+message names is not read), which on 2 cores shared with other work happens; a port picked a moment before may
+also have been taken since. Each attempt picks new ports, all within the start's one ``startup_timeout_s``."""
+
+
 def free_ports(count: int) -> list[int]:
     """``count`` distinct ports that were free a moment ago."""
     with ExitStack() as stack:
@@ -112,20 +119,28 @@ class LocalRayHead(Started):
         """The head node's dashboard agent (it takes job submissions too: ``POST /api/job_agent/jobs/``)."""
 
     def _start(self) -> None:
-        ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS))))
-        self.address = f"http://127.0.0.1:{ports['--dashboard-port']}"
-        self.gcs_address = f"127.0.0.1:{ports['--port']}"
-        self.agent_address = f"http://127.0.0.1:{ports['--dashboard-agent-listen-port']}"
+        deadline = time.monotonic() + self.startup_timeout_s
         # Ray's unix sockets live under the temp dir; their paths must stay short.
         self._temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log:
-            # Started outside the caller's directory, so a job finds only the code its runtime env ships.
-            self._proc = subprocess.Popen(
-                self._command(ports), stdout=log, stderr=subprocess.STDOUT, env=self._env(),
-                start_new_session=True, cwd=self._temp_dir,
-            )
-        self._wait_ready()
+        for attempt in range(1, START_ATTEMPTS + 1):
+            ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS))))
+            self.address = f"http://127.0.0.1:{ports['--dashboard-port']}"
+            self.gcs_address = f"127.0.0.1:{ports['--port']}"
+            self.agent_address = f"http://127.0.0.1:{ports['--dashboard-agent-listen-port']}"
+            with open(self.log_path, "wb" if attempt == 1 else "ab") as log:
+                # Started outside the caller's directory, so a job finds only the code its runtime env ships.
+                self._proc = subprocess.Popen(
+                    self._command(ports), stdout=log, stderr=subprocess.STDOUT, env=self._env(),
+                    start_new_session=True, cwd=self._temp_dir,
+                )
+            if self._wait_ready(deadline):
+                return
+            exited = _exit_line("`ray start --head`", self._proc, self.log_path)
+            _kill_group(self._proc)
+            if attempt == START_ATTEMPTS or time.monotonic() > deadline:
+                raise ClusterError(f"the local Ray head did not start: {exited} (attempt {attempt} of "
+                                   f"{START_ATTEMPTS}; full log: {self.log_path})")
 
     def _command(self, ports: dict[str, int]) -> list[str]:
         """``ray start --head`` on 127.0.0.1 and ``ports`` (a subclass adds flags)."""
@@ -209,21 +224,20 @@ class LocalRayHead(Started):
         client = StateApiClient(self.address, headers={"Content-Type": "application/json", **self.headers})
         return client.list(StateResource(resource), options=ListApiOptions(**options), raise_on_missing_output=True)
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self, deadline: float) -> bool:
+        """Until the dashboard answers and lists the head's node alive (the raylet registered, so ``ray start``
+        stays up): True; False once ``ray start`` has exited."""
         import requests
+        from ray.util.state.exception import RayStateApiException
 
-        deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                tail = self.log_path.read_text(errors="replace").strip().splitlines()[-1:]
-                raise ClusterError(
-                    f"`ray start --head` exited with status {self._proc.returncode}: "
-                    f"{tail[0] if tail else 'no output'} (full log: {self.log_path})"
-                )
+                return False
             try:
-                if requests.get(f"{self.address}/api/version", headers=self.headers, timeout=2).ok:
-                    return
-            except requests.RequestException:
+                if requests.get(f"{self.address}/api/version", headers=self.headers, timeout=2).ok and any(
+                        node.state == "ALIVE" for node in self.state("nodes")):
+                    return True
+            except (requests.RequestException, RayStateApiException):
                 pass
             time.sleep(0.5)
         raise ClusterError(
@@ -278,53 +292,69 @@ class LocalRayNode(Started):
         self.env = dict(env or {})
         self.resources = dict(resources or {})
         self.proc: subprocess.Popen | None = None
+        self.name = ""
+        """The node's name in Ray's view (``ray start --node-name``), once it has joined."""
 
-    def _alive_nodes(self) -> int | None:
-        """Alive nodes of the cluster, or None while the head's state API is not up yet."""
+    def _alive(self, name: str) -> bool:
+        """Whether the head lists node ``name`` alive (False while its state API is not up yet)."""
         from ray.util.state.exception import RayStateApiException
 
         try:
-            # Counted here, not filtered by the state API: once a node has died, a filtered list is shorter than
-            # the cluster's total and the API refuses it as truncated (Ray 2.60's _raise_on_missing_output).
-            return sum(1 for node in self.head.state("nodes") if node.state == "ALIVE")
+            # Not filtered by the state API: once a node has died, a filtered list is shorter than the cluster's
+            # total and the API refuses it as truncated (Ray 2.60's _raise_on_missing_output).
+            return any(node.node_name == name and node.state == "ALIVE" for node in self.head.state("nodes"))
         except RayStateApiException:
-            return None
+            return False
 
     def _start(self) -> None:
         if not self.head.multi_node:
             raise ClusterError("a LocalRayNode joins a LocalRayHead(multi_node=True) only (Ray's single-machine mode refuses it)")
         deadline = time.monotonic() + self.startup_timeout_s
-        while (before := self._alive_nodes()) is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-        bin_dir = Path(sys.executable).parent
-        ports = dict(zip(_NODE_PORT_FLAGS, free_ports(len(_NODE_PORT_FLAGS))))
-        # The head's session directory, without a log monitor of its own: the head's publishes every node's worker
-        # logs, once (a monitor per node would each publish them all). Ray's own nodes on one machine run so
-        # (ray.cluster_utils.Cluster.add_node: one log monitor per physical host).
-        cmd = [
-            str(bin_dir / "ray"), "start", f"--address={self.head.gcs_address}", "--block",
-            "--node-ip-address=127.0.0.1", f"--num-cpus={self.num_cpus}", "--object-store-memory=268435456",
-            f"--temp-dir={self.head._temp_dir}", "--include-log-monitor=False",
+        for attempt in range(1, START_ATTEMPTS + 1):
+            # A name of the attempt's own: a raylet of an attempt that gave up may still register, later.
+            name = f"local-node-{secrets.token_hex(4)}"
+            self._launch(name, log_mode="wb" if attempt == 1 else "ab")
+            while not self._alive(name):
+                if self.proc.poll() is not None:
+                    break
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"the local Ray node did not join {self.head.gcs_address} within "
+                                       f"{self.startup_timeout_s:.0f} s (log: {self.log_path})")
+                time.sleep(0.5)
+            else:
+                self.name = name
+                return
+            exited = _exit_line("`ray start`", self.proc, self.log_path)
+            self.kill()
+            if attempt == START_ATTEMPTS or time.monotonic() > deadline:
+                raise ClusterError(f"the local Ray node did not join {self.head.gcs_address}: {exited} (attempt "
+                                   f"{attempt} of {START_ATTEMPTS}; log: {self.log_path})")
+
+    def _command(self, name: str, ports: dict[str, int]) -> list[str]:
+        """``ray start`` joining the head as node ``name`` on ``ports``. The head's session directory, without a
+        log monitor of its own: the head's publishes every node's worker logs, once (a monitor per node would each
+        publish them all). Ray's own nodes on one machine run so (ray.cluster_utils.Cluster.add_node: one log
+        monitor per physical host)."""
+        return [
+            str(Path(sys.executable).parent / "ray"), "start", f"--address={self.head.gcs_address}", "--block",
+            "--node-ip-address=127.0.0.1", f"--node-name={name}", f"--num-cpus={self.num_cpus}",
+            "--object-store-memory=268435456", f"--temp-dir={self.head._temp_dir}", "--include-log-monitor=False",
             "--disable-usage-stats", *(f"{flag}={port}" for flag, port in ports.items()), *WORKER_PORTS_FREE,
             *([f"--resources={json.dumps(self.resources)}"] if self.resources else []),
         ]
+
+    def _launch(self, name: str, log_mode: str) -> None:
+        ports = dict(zip(_NODE_PORT_FLAGS, free_ports(len(_NODE_PORT_FLAGS))))
+        bin_dir = Path(sys.executable).parent
         env = {**caller_env(), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **LEAN_RAY_ENV,
                **self.head.own_address_env, **self.env, **self.head.auth_env}
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                         cwd=self.head._temp_dir)
-        while (self._alive_nodes() or 0) <= (before or 1):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise ClusterError(f"the local Ray node did not join {self.head.gcs_address} (log: {self.log_path})")
-            time.sleep(0.5)
+        with open(self.log_path, log_mode) as log:
+            self.proc = subprocess.Popen(self._command(name, ports), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True, cwd=self.head._temp_dir)
 
     def kill(self) -> None:
         if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                _group_gone(self.proc, 10)
-            except ProcessLookupError:
-                pass
+            _kill_group(self.proc)
             self.proc = None
 
     def _close(self) -> None:
@@ -334,6 +364,21 @@ class LocalRayNode(Started):
 def caller_env() -> dict[str, str]:
     """This process's environment less Ray's auth settings, which a local Ray process gets from its head."""
     return {k: v for k, v in os.environ.items() if k not in RAY_AUTH_ENV}
+
+
+def _exit_line(what: str, proc: subprocess.Popen, log_path: Path) -> str:
+    """What an exited ``ray start`` said last: ``<what> exited with status N: <its log's last line>``."""
+    tail = log_path.read_text(errors="replace").strip().splitlines()[-1:]
+    return f"{what} exited with status {proc.returncode}: {tail[0] if tail else 'no output'}"
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc``'s process group (what its ``ray start`` started) and wait until it is gone."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _group_gone(proc, 10)
+    except ProcessLookupError:
+        proc.wait()
 
 
 def _group_gone(proc: subprocess.Popen, wait_s: float) -> bool:
