@@ -73,6 +73,10 @@ register with the GCS and then exits (Ray 2.60's ``Node.__init__``; the ``RAY_ra
 message names is not read), which on 2 cores shared with other work happens; a port picked a moment before may
 also have been taken since. Each attempt picks new ports, all within the start's one ``startup_timeout_s``."""
 
+STARTUP_TIMEOUT_S = 180.0
+"""The default bound on a head's or node's start, all its attempts: room for each of ``START_ATTEMPTS`` to wait
+out Ray's 30 s after ``ray start`` itself took as long again on a busy machine."""
+
 
 def free_ports(count: int) -> list[int]:
     """``count`` distinct ports that were free a moment ago."""
@@ -100,7 +104,7 @@ class LocalRayHead(Started):
     """``with LocalRayHead(num_cpus=2, log_path=...) as head:`` then use ``head.address``."""
 
     def __init__(
-        self, num_cpus: int, log_path: Path, startup_timeout_s: float = 120.0, multi_node: bool = False,
+        self, num_cpus: int, log_path: Path, startup_timeout_s: float = STARTUP_TIMEOUT_S, multi_node: bool = False,
         env: Mapping[str, str] | None = None,
     ):
         self.num_cpus = num_cpus
@@ -282,7 +286,7 @@ class LocalRayNode(Started):
     its custom resources (``ray start --resources``)."""
 
     def __init__(
-        self, head: LocalRayHead, num_cpus: int, log_path: Path, startup_timeout_s: float = 120.0,
+        self, head: LocalRayHead, num_cpus: int, log_path: Path, startup_timeout_s: float = STARTUP_TIMEOUT_S,
         env: Mapping[str, str] | None = None, resources: Mapping[str, float] | None = None,
     ):
         self.head = head
