@@ -30,7 +30,7 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Mapping, Self
+from typing import Callable, Mapping, Self
 
 from gke_ray_tpu.training.driver.errors import ClusterError
 from gke_ray_tpu.training.driver.ray_auth import ADDRESS_TOKEN_ENV, RAY_AUTH_ENV, bearer
@@ -123,28 +123,24 @@ class LocalRayHead(Started):
         """The head node's dashboard agent (it takes job submissions too: ``POST /api/job_agent/jobs/``)."""
 
     def _start(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
         # Ray's unix sockets live under the temp dir; their paths must stay short.
         self._temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        for attempt in range(1, START_ATTEMPTS + 1):
-            ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS))))
-            self.address = f"http://127.0.0.1:{ports['--dashboard-port']}"
-            self.gcs_address = f"127.0.0.1:{ports['--port']}"
-            self.agent_address = f"http://127.0.0.1:{ports['--dashboard-agent-listen-port']}"
-            with open(self.log_path, "wb" if attempt == 1 else "ab") as log:
-                # Started outside the caller's directory, so a job finds only the code its runtime env ships.
-                self._proc = subprocess.Popen(
-                    self._command(ports), stdout=log, stderr=subprocess.STDOUT, env=self._env(),
-                    start_new_session=True, cwd=self._temp_dir,
-                )
-            if self._wait_ready(deadline):
-                return
-            exited = _exit_line("`ray start --head`", self._proc, self.log_path)
-            _kill_group(self._proc)
-            if attempt == START_ATTEMPTS or time.monotonic() > deadline:
-                raise ClusterError(f"the local Ray head did not start: {exited} (attempt {attempt} of "
-                                   f"{START_ATTEMPTS}; full log: {self.log_path})")
+        _start_until_up(self._launch, self._up, "the local Ray head did not start", self.log_path,
+                        self.startup_timeout_s)
+
+    def _launch(self, log_mode: str) -> subprocess.Popen:
+        ports = dict(zip(_PORT_FLAGS, free_ports(len(_PORT_FLAGS))))
+        self.address = f"http://127.0.0.1:{ports['--dashboard-port']}"
+        self.gcs_address = f"127.0.0.1:{ports['--port']}"
+        self.agent_address = f"http://127.0.0.1:{ports['--dashboard-agent-listen-port']}"
+        with open(self.log_path, log_mode) as log:
+            # Started outside the caller's directory, so a job finds only the code its runtime env ships.
+            self._proc = subprocess.Popen(
+                self._command(ports), stdout=log, stderr=subprocess.STDOUT, env=self._env(),
+                start_new_session=True, cwd=self._temp_dir,
+            )
+        return self._proc
 
     def _command(self, ports: dict[str, int]) -> list[str]:
         """``ray start --head`` on 127.0.0.1 and ``ports`` (a subclass adds flags)."""
@@ -228,26 +224,17 @@ class LocalRayHead(Started):
         client = StateApiClient(self.address, headers={"Content-Type": "application/json", **self.headers})
         return client.list(StateResource(resource), options=ListApiOptions(**options), raise_on_missing_output=True)
 
-    def _wait_ready(self, deadline: float) -> bool:
-        """Until the dashboard answers and lists the head's node alive (the raylet registered, so ``ray start``
-        stays up): True; False once ``ray start`` has exited."""
+    def _up(self) -> bool:
+        """Whether the dashboard answers and lists the head's node alive (its raylet registered, so ``ray start``
+        stays up)."""
         import requests
         from ray.util.state.exception import RayStateApiException
 
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                return False
-            try:
-                if requests.get(f"{self.address}/api/version", headers=self.headers, timeout=2).ok and any(
-                        node.state == "ALIVE" for node in self.state("nodes")):
-                    return True
-            except (requests.RequestException, RayStateApiException):
-                pass
-            time.sleep(0.5)
-        raise ClusterError(
-            f"the local Ray head did not answer on {self.address} within "
-            f"{self.startup_timeout_s:.0f} s (log: {self.log_path})"
-        )
+        try:
+            return requests.get(f"{self.address}/api/version", headers=self.headers, timeout=2).ok and any(
+                node.state == "ALIVE" for node in self.state("nodes"))
+        except (requests.RequestException, RayStateApiException):
+            return False
 
     def stop(self) -> None:
         """SIGTERM ``ray start`` (it shuts its processes down in order), then
@@ -297,42 +284,25 @@ class LocalRayNode(Started):
         self.resources = dict(resources or {})
         self.proc: subprocess.Popen | None = None
         self.name = ""
-        """The node's name in Ray's view (``ray start --node-name``), once it has joined."""
+        """The node's name in Ray's view (``ray start --node-name``), each attempt's own: a raylet of an attempt
+        that gave up may still register, later."""
 
-    def _alive(self, name: str) -> bool:
-        """Whether the head lists node ``name`` alive (False while its state API is not up yet)."""
+    def _up(self) -> bool:
+        """Whether the head lists this node alive (False while its state API is not up yet)."""
         from ray.util.state.exception import RayStateApiException
 
         try:
             # Not filtered by the state API: once a node has died, a filtered list is shorter than the cluster's
             # total and the API refuses it as truncated (Ray 2.60's _raise_on_missing_output).
-            return any(node.node_name == name and node.state == "ALIVE" for node in self.head.state("nodes"))
+            return any(node.node_name == self.name and node.state == "ALIVE" for node in self.head.state("nodes"))
         except RayStateApiException:
             return False
 
     def _start(self) -> None:
         if not self.head.multi_node:
             raise ClusterError("a LocalRayNode joins a LocalRayHead(multi_node=True) only (Ray's single-machine mode refuses it)")
-        deadline = time.monotonic() + self.startup_timeout_s
-        for attempt in range(1, START_ATTEMPTS + 1):
-            # A name of the attempt's own: a raylet of an attempt that gave up may still register, later.
-            name = f"local-node-{secrets.token_hex(4)}"
-            self._launch(name, log_mode="wb" if attempt == 1 else "ab")
-            while not self._alive(name):
-                if self.proc.poll() is not None:
-                    break
-                if time.monotonic() > deadline:
-                    raise ClusterError(f"the local Ray node did not join {self.head.gcs_address} within "
-                                       f"{self.startup_timeout_s:.0f} s (log: {self.log_path})")
-                time.sleep(0.5)
-            else:
-                self.name = name
-                return
-            exited = _exit_line("`ray start`", self.proc, self.log_path)
-            self.kill()
-            if attempt == START_ATTEMPTS or time.monotonic() > deadline:
-                raise ClusterError(f"the local Ray node did not join {self.head.gcs_address}: {exited} (attempt "
-                                   f"{attempt} of {START_ATTEMPTS}; log: {self.log_path})")
+        _start_until_up(self._launch, self._up, f"the local Ray node did not join {self.head.gcs_address}",
+                        self.log_path, self.startup_timeout_s)
 
     def _command(self, name: str, ports: dict[str, int]) -> list[str]:
         """``ray start`` joining the head as node ``name`` on ``ports``. The head's session directory, without a
@@ -347,14 +317,16 @@ class LocalRayNode(Started):
             *([f"--resources={json.dumps(self.resources)}"] if self.resources else []),
         ]
 
-    def _launch(self, name: str, log_mode: str) -> None:
+    def _launch(self, log_mode: str) -> subprocess.Popen:
+        self.name = f"local-node-{secrets.token_hex(4)}"
         ports = dict(zip(_NODE_PORT_FLAGS, free_ports(len(_NODE_PORT_FLAGS))))
         bin_dir = Path(sys.executable).parent
         env = {**caller_env(), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **LEAN_RAY_ENV,
                **self.head.own_address_env, **self.env, **self.head.auth_env}
         with open(self.log_path, log_mode) as log:
-            self.proc = subprocess.Popen(self._command(name, ports), stdout=log, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True, cwd=self.head._temp_dir)
+            self.proc = subprocess.Popen(self._command(self.name, ports), stdout=log, stderr=subprocess.STDOUT,
+                                         env=env, start_new_session=True, cwd=self.head._temp_dir)
+        return self.proc
 
     def kill(self) -> None:
         if self.proc is not None:
@@ -370,10 +342,28 @@ def caller_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in RAY_AUTH_ENV}
 
 
-def _exit_line(what: str, proc: subprocess.Popen, log_path: Path) -> str:
-    """What an exited ``ray start`` said last: ``<what> exited with status N: <its log's last line>``."""
-    tail = log_path.read_text(errors="replace").strip().splitlines()[-1:]
-    return f"{what} exited with status {proc.returncode}: {tail[0] if tail else 'no output'}"
+def _start_until_up(launch: Callable[[str], subprocess.Popen], up: Callable[[], bool], failed: str,
+                    log_path: Path, timeout_s: float) -> None:
+    """Launch ``ray start`` (``launch(mode)``: the mode its log is opened in) until ``up()``. One that exits first
+    (Ray gave up on its raylet) is killed with its process group and launched again, up to ``START_ATTEMPTS``,
+    all within ``timeout_s``; ``failed`` begins the one-line error."""
+    deadline = time.monotonic() + timeout_s
+    for attempt in range(1, START_ATTEMPTS + 1):
+        proc = launch("wb" if attempt == 1 else "ab")
+        while not up():
+            if proc.poll() is not None:
+                break
+            if time.monotonic() > deadline:
+                raise ClusterError(f"{failed} within {timeout_s:.0f} s (log: {log_path})")
+            time.sleep(0.5)
+        else:
+            return
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-1:]
+        _kill_group(proc)
+        if attempt == START_ATTEMPTS or time.monotonic() > deadline:
+            raise ClusterError(f"{failed}: `ray start` exited with status {proc.returncode}: "
+                               f"{tail[0] if tail else 'no output'} (attempt {attempt} of {START_ATTEMPTS}; "
+                               f"log: {log_path})")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
