@@ -142,9 +142,9 @@ class FakeTpuCluster(Started):
 
     def wait_until_gone(self, name: str, timeout_s: float) -> None:
         """Until Ray lists none of killed slice ``name``'s hosts as alive: a host started again joins as a new node."""
-        others = sum(len(nodes) for slice_name, nodes in self.slices.items() if slice_name != name)
+        hosts = {node.name for node in self.slices[name]}
         deadline = time.monotonic() + timeout_s
-        while sum(node.state == "ALIVE" for node in self.head.state("nodes")) > 1 + others:
+        while hosts & self.head.alive_nodes():
             if time.monotonic() > deadline:
                 raise AssertionError(f"{name}'s hosts still alive in Ray's view after {timeout_s:.0f} s")
             time.sleep(0.5)

@@ -224,6 +224,12 @@ class LocalRayHead(Started):
         client = StateApiClient(self.address, headers={"Content-Type": "application/json", **self.headers})
         return client.list(StateResource(resource), options=ListApiOptions(**options), raise_on_missing_output=True)
 
+    def alive_nodes(self) -> set[str]:
+        """The names of the nodes Ray lists alive (``ray start --node-name``; the head's is its address)."""
+        # Not filtered by the state API: once a node has died, a filtered list is shorter than the cluster's total
+        # and the API refuses it as truncated (Ray 2.60's _raise_on_missing_output).
+        return {node.node_name for node in self.state("nodes") if node.state == "ALIVE"}
+
     def _up(self) -> bool:
         """Whether the dashboard answers and lists the head's node alive (its raylet registered, so ``ray start``
         stays up)."""
@@ -231,8 +237,8 @@ class LocalRayHead(Started):
         from ray.util.state.exception import RayStateApiException
 
         try:
-            return requests.get(f"{self.address}/api/version", headers=self.headers, timeout=2).ok and any(
-                node.state == "ALIVE" for node in self.state("nodes"))
+            return requests.get(f"{self.address}/api/version", headers=self.headers, timeout=2).ok and bool(
+                self.alive_nodes())
         except (requests.RequestException, RayStateApiException):
             return False
 
@@ -292,9 +298,7 @@ class LocalRayNode(Started):
         from ray.util.state.exception import RayStateApiException
 
         try:
-            # Not filtered by the state API: once a node has died, a filtered list is shorter than the cluster's
-            # total and the API refuses it as truncated (Ray 2.60's _raise_on_missing_output).
-            return any(node.node_name == self.name and node.state == "ALIVE" for node in self.head.state("nodes"))
+            return self.name in self.head.alive_nodes()
         except RayStateApiException:
             return False
 
