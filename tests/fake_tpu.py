@@ -56,6 +56,9 @@ ON_CPU = {"hardware": "cpu", "model_name": "default", "ici_fsdp_parallelism": -1
 worker, one FSDP axis filled in over them (as in a slice) and data parallelism over DCN left to MaxText (-1)."""
 TRAINER_STAND_IN = REPO_ROOT / "tests" / "fake_tpu_job"
 RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
+RESIZE_CHECK_S = 5.0
+"""Ray Train's look for more slices in a run that takes a lost slice back (its default is once a minute): the
+hosts a test starts again are up in seconds."""
 
 
 @dataclass(frozen=True)
@@ -264,16 +267,19 @@ def lose_a_slice(cluster: FakeTpuCluster, job: Submission, lost: str, timeout_s:
     log and record where ``gke_ray_tpu.training.report`` reads them (as the submit command does).
 
     ``comes_back``: the one-slice group that takes over holds after its next checkpoint (``tests/fake_tpu_job/hold.py``),
-    and once that checkpoint is committed and the lost hosts are gone from Ray's view, they are started again."""
+    and once that checkpoint is committed and the lost hosts are gone from Ray's view, they are started again; Ray
+    Train looks for them every :data:`RESIZE_CHECK_S`."""
     from gke_ray_tpu.training.driver.jobs_client import JobsApi
     from gke_ray_tpu.training.driver.run_files import JOB_LOG
     from gke_ray_tpu.training.driver.outcome import job_record
+    from tests.fake_tpu_job.__main__ import RESIZE_CHECK_ENV
     from tests.fake_tpu_job.hold import HOLD_ENV
 
     period = int(job.spec.maxtext["checkpoint_period"])
     checkpoints = job.run_dir / "checkpoints"
     started = time.monotonic()
-    sid = submit(cluster.head, job, {HOLD_ENV: str(period + 1)} if comes_back else {})
+    sid = submit(cluster.head, job, {HOLD_ENV: str(period + 1), RESIZE_CHECK_ENV: str(RESIZE_CHECK_S)}
+                 if comes_back else {})
     deadline = started + timeout_s
 
     def wait(what: str, done) -> None:

@@ -86,7 +86,7 @@ def late_slices(cluster, cold_stack, tmp_path_factory):
 def slice_lost_and_back(late_slices, cluster, stack, tmp_path_factory):
     """The elastic run that loses slice-b's hosts, goes on with slice-a and holds after its next checkpoint until
     slice-b's hosts, started again, are taken (``tests/fake_tpu_job/hold.py``: the one-slice group can neither end
-    before the slice comes nor go on for hundreds of steps while Ray Train looks for it, once a minute)."""
+    before the slice comes nor go on for hundreds of steps while Ray Train looks for it)."""
     out = tmp_path_factory.mktemp("elastic")
     job = elastic_job(stack, out, "fake-tpu-elastic", ELASTIC_STEPS, PERIOD)
     return lose_a_slice(cluster, job, lost=LOST, timeout_s=JOB_TIMEOUT_S, comes_back=True)

@@ -5,8 +5,8 @@ checkpoint of that step or a later one and the save is committed, trains no furt
 training would, until Ray Train's controller ends the group (on an elastic resize, or when the job is stopped).
 A larger group is not held. The fake-TPU run that loses a slice and takes it back sets it
 (``tests/fake_tpu.py``'s ``lose_a_slice``), so its one-slice group can neither end before the lost slice comes
-back (however long its hosts take to start) nor go on there for hundreds of steps after (Ray Train looks for
-more slices once a minute): when the group of both slices starts, the run has a few steps left, from the held
+back (however long its hosts take to start) nor go on there for hundreds of steps after (until Ray Train next
+looks for more slices): when the group of both slices starts, the run has a few steps left, from the held
 checkpoint.
 
 Only the pace of the one-slice group changes: its steps and checkpoints up to the hold, Ray Train's elastic
