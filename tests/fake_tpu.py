@@ -57,8 +57,8 @@ worker, one FSDP axis filled in over them (as in a slice) and data parallelism o
 TRAINER_STAND_IN = REPO_ROOT / "tests" / "fake_tpu_job"
 RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
 RESIZE_CHECK_S = 5.0
-"""Ray Train's look for more slices in a run that takes a lost slice back (its default is once a minute): the
-hosts a test starts again are up in seconds."""
+"""Ray Train's look for more slices in a run that takes a lost slice back (``tests/fake_tpu_job``'s
+RESIZE_CHECK_ENV)."""
 
 
 @dataclass(frozen=True)
