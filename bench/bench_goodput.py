@@ -98,7 +98,7 @@ def drill(head: LocalRayHead, out: Path) -> None:
     killed, resumed = maxtext_step_seconds(d.run_dir / "tensorboard")
     twice = sorted(set(killed) & set(resumed))
     restored = d.resumed_group.restored_step
-    kept_s = kept_step_seconds(killed, resumed, restored)
+    kept_s = kept_step_seconds([killed, resumed], [restored])
     jax_s, train_step_s = jax_compile_seconds(d.log, rank0(d.log))
     without_jax = sum(len(line.encode()) + 1 for line in d.log.splitlines() if JAX_LINE not in line)
     show("kill drill (16 steps, rank 0 killed)", result, [

@@ -1,21 +1,23 @@
-"""Fault drill: SIGKILL one training worker of a running local elastic job, watch it recover.
+"""Fault drill: SIGKILL training workers of a running local elastic job, watch it recover.
 
-``kill_a_worker`` runs ``python -m gke_ray_tpu.training.submit --local --elastic`` against a
-Ray head (the same command a user runs), finds the pid of one rank's worker
-(Ray's state API: an alive RayTrainWorker actor), waits until the latest
-committed checkpoint ``c`` is at least ``checkpoint_period`` and the last
-logged step is in ``(c, c + checkpoint_period - 1)``, SIGKILLs that pid, and
-waits for the job to end. (The log trails the computation by a step, and after
-the window the save of the next checkpoint, asynchronous as MaxText's default
-is, may be in flight: a kill there may lose more than a period.) What
-happened is read back from the job's log (``gke_ray_tpu.training.driver.progress``) and the
-checkpoint directory. ``tests/test_training_elastic.py`` asserts on it;
-``bench/bench_elastic_recovery.py`` times it.
+``kill_workers`` runs ``python -m gke_ray_tpu.training.submit --local --elastic`` against a
+Ray head (the same command a user runs) and kills one worker per moment it is given, each in
+the worker group the previous kill left (Ray's state API: an alive RayTrainWorker actor of one
+rank), then waits for the job to end. The moments:
 
-With ``storage`` (``tests/gcs_emulator.py``) the run writes to ``gs://<bucket>/``
-as cluster runs do; if that emulator holds the commit marker of a step, the
-kill comes instead when the save of that step has written everything but its
-marker (``tests/test_training_checkpoint_drill.py``).
+- ``MID_PERIOD``: once the latest committed checkpoint ``c`` is at least ``checkpoint_period``
+  and the group's last logged step is in ``(c, c + checkpoint_period - 1)``. (The log trails the
+  computation by a step, and after the window the save of the next checkpoint, asynchronous as
+  MaxText's default is, may be in flight: a kill there may lose more than a period.)
+- ``AFTER_COMMIT`` and ``HELD_COMMIT``: with ``storage`` (``tests/gcs_emulator.py``, the run writing
+  to ``gs://<bucket>/`` as cluster runs do), once the commit marker of the step the emulator pauses
+  after is in the bucket and its writer waits for the answer (a checkpoint just committed, the next
+  save not begun: on the emulator a save outlasts a period's steps, so the log's window above closes
+  as it opens), or when the save of the step whose marker it holds has written everything but it.
+
+What happened is read back from the job's log (``gke_ray_tpu.training.driver.progress``) and the
+checkpoint directory, one :class:`Drill` per kill. ``tests/test_training_elastic.py`` asserts
+on it; ``bench/bench_elastic_recovery.py`` times it.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ PACED_MODEL = ("max_target_length=512", "per_device_batch_size=4", "base_emb_dim
 model trains 16 steps in ~2 s, faster than the kill window (a few steps) can be seen through the log."""
 _COMPILED = "Total estimated memory size"
 """MaxText's line after it compiled the train step (it reports the compiled program's memory)."""
+MID_PERIOD = "mid-period"
+AFTER_COMMIT = "after a commit"
+HELD_COMMIT = "held commit"
+"""When ``kill_workers`` kills (the module's docstring)."""
 
 
 @dataclass
@@ -80,15 +86,17 @@ class Drill:
     back_at: float | None = None
     """With a lost slice that comes back (``tests/fake_tpu.py``): time.time() when the one-slice group's held
     checkpoint was seen committed, after which the slice's hosts were started again."""
+    kill_index: int = 0
+    """Which of the run's kills this is (0: the first); the job's log, progress and outcome are the whole run's."""
 
     @property
     def killed_group(self):
-        return self.progress.groups[0]
+        return self.progress.groups[self.kill_index]
 
     @property
     def resumed_group(self):
         """The group that took over from the killed one."""
-        return self.progress.groups[1]
+        return self.progress.groups[self.kill_index + 1]
 
     @property
     def steps_lost(self) -> int:
@@ -152,10 +160,12 @@ def jax_compile_seconds(log: str, pid: int) -> tuple[float, float]:
     raise AssertionError(f"no XLA compilation of the train step in worker {pid}'s lines (JAX_LOG_COMPILES unset?)")
 
 
-def kept_step_seconds(killed: dict[int, float], resumed: dict[int, float], restored: int) -> float:
-    """MaxText's step seconds of the steps a killed run kept: the killed group's up to the checkpoint the next
-    group restored, then all of the resumed group's (the productive bucket, less saves inside the loop)."""
-    return sum(s for n, s in killed.items() if n <= restored) + sum(resumed.values())
+def kept_step_seconds(groups: list[dict[int, float]], restored: list[int]) -> float:
+    """MaxText's step seconds of the steps a killed run kept: each killed group's up to the checkpoint the next
+    group restored (``restored[k]`` for ``groups[k]``), then all of the last group's (the productive bucket, less
+    saves inside the loop)."""
+    return sum(s for group, kept in zip(groups, restored) for n, s in group.items() if n <= kept) + sum(
+        groups[-1].values())
 
 
 def maxtext_step_seconds(tensorboard_dir: Path | str) -> list[dict[int, float]]:
@@ -195,7 +205,19 @@ def alive_train_worker_pids(head: LocalRayHead) -> set[int]:
 def kill_a_worker(head: LocalRayHead, out_dir: Path, run_name: str, steps: int, checkpoint_period: int,
                   rank: int | None = 0, node: LocalRayNode | None = None, timeout_s: float = 480,
                   storage=None) -> Drill:
-    """``storage``: a ``tests.gcs_emulator.GcsEmulator`` the run writes to (the head must have its ``env``)."""
+    """One kill: at the held commit when ``storage`` holds one, else mid-period (``kill_workers``)."""
+    moment = HELD_COMMIT if storage is not None and storage.hold_commit_of is not None else MID_PERIOD
+    return kill_workers(head, out_dir, run_name, steps, checkpoint_period, (moment,), rank=rank, node=node,
+                        timeout_s=timeout_s, storage=storage)[0]
+
+
+def kill_workers(head: LocalRayHead, out_dir: Path, run_name: str, steps: int, checkpoint_period: int,
+                 moments: tuple[str, ...], rank: int | None = 0, node: LocalRayNode | None = None,
+                 timeout_s: float = 480, storage=None) -> list[Drill]:
+    """Kill the worker of ``rank`` (or ``node``, once) at each of ``moments`` in turn, each in the group the kill
+    before it left; one Drill per kill. ``storage``: a ``tests.gcs_emulator.GcsEmulator`` the run writes to (the
+    head must have its ``env``); ``AFTER_COMMIT`` and ``HELD_COMMIT`` need it to pause after, or hold, a step's
+    commit marker."""
     client = head.jobs()
     sid = submission_id_for(run_name)
     err_path = out_dir / f"{run_name}.submit.err"
@@ -208,6 +230,10 @@ def kill_a_worker(head: LocalRayHead, out_dir: Path, run_name: str, steps: int, 
         output_dir = str(out_dir / run_name)
         committed = lambda: committed_checkpoints(out_dir / run_name / "checkpoints")  # noqa: E731
     held = storage.hold_commit_of if storage is not None else None
+    paused = storage.pause_after_commit_of if storage is not None else None
+    for moment, step in ((HELD_COMMIT, held), (AFTER_COMMIT, paused)):
+        if moment in moments and step is None:
+            raise ValueError(f"moments {moments}: {moment!r} needs a storage that holds or pauses after a commit")
     started = time.monotonic()
     deadline = started + timeout_s
     with open(err_path, "w") as err:
@@ -217,41 +243,51 @@ def kill_a_worker(head: LocalRayHead, out_dir: Path, run_name: str, steps: int, 
              *PACED_MODEL, *written, f"run_name={run_name}"],
             cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=err, text=True, env=env,
         )
+    kills = []
     try:
-        pid = None
-        while True:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise AssertionError(f"no kill window reached: {err_path.read_text()}")
-            time.sleep(0.2)
-            progress = _progress(client, sid)
-            if not progress.steps:
-                continue
-            if pid is None:  # the group is up: look its worker up once, off the kill's critical path
-                if node is not None:
-                    pid, rank = node.proc.pid, None
-                else:
-                    pid = {r: p for p, r in progress.groups[-1].ranks.items()}[rank]
-                    alive = alive_train_worker_pids(head)
-                    assert pid in alive, (pid, alive)
-                continue
-            if held is not None:
-                if storage.held.is_set():  # the save of step `held` is written, all but its commit marker
+        for index, moment in enumerate(moments):
+            # A storage's moment is its event: once the group's worker is known, no log is read until it comes.
+            event = {HELD_COMMIT: storage.held, AFTER_COMMIT: storage.paused}[moment] if storage is not None and \
+                moment != MID_PERIOD else None
+            pid = None
+            while True:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise AssertionError(f"kill {index + 1} ({moment}): no kill window reached: {err_path.read_text()}")
+                if event is not None and pid is not None:
+                    if event.wait(timeout=0.2):  # its writer waits: the log as it is at the kill, then the kill
+                        group = _progress(client, sid).groups[index]
+                        break
+                    continue
+                time.sleep(0.2)
+                progress = _progress(client, sid)
+                if len(progress.groups) <= index or not progress.groups[index].steps:
+                    continue
+                group = progress.groups[index]
+                if pid is None:  # the group is up: look its worker up once, off the kill's critical path
+                    if node is not None:
+                        pid, rank = node.proc.pid, None
+                    else:
+                        pid = {r: p for p, r in group.ranks.items()}[rank]
+                        alive = alive_train_worker_pids(head)
+                        assert pid in alive, (pid, alive)
+                    continue
+                saved = [c for c in committed() if c >= checkpoint_period]
+                if saved and max(saved) < max(group.steps) < max(saved) + checkpoint_period - 1:
                     break
-                continue
-            saved = [c for c in committed() if c >= checkpoint_period]
-            if saved and max(saved) < max(progress.steps) < max(saved) + checkpoint_period - 1:
-                break
-        if node is not None:
-            node.kill()
-        else:
-            os.kill(pid, signal.SIGKILL)
-        killed_at, last_seen = time.time(), max(progress.steps)
-        held_objects = []
-        if held is not None:
-            held_objects = storage.objects(f"{run_name}/checkpoints/{held}/")
-            storage.release()  # the dead writer's upload is dropped; the next save of the step passes
-        time.sleep(1)
-        at_kill = committed()
+            if node is not None:
+                node.kill()
+            else:
+                os.kill(pid, signal.SIGKILL)
+            killed_at, last_seen = time.time(), max(group.steps)
+            held_objects = []
+            if moment == HELD_COMMIT:
+                held_objects = storage.objects(f"{run_name}/checkpoints/{held}/")
+                storage.release()  # the dead writer's upload is dropped; the next save of the step passes
+            elif moment == AFTER_COMMIT:
+                storage.resume()
+            time.sleep(1)
+            kills.append(dict(kill_index=index, killed_pid=pid, killed_rank=rank, killed_at=killed_at,
+                              last_step_seen=last_seen, checkpoints_at_kill=committed(), held_step_objects=held_objects))
         proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:
         if proc.poll() is None:
@@ -261,23 +297,10 @@ def kill_a_worker(head: LocalRayHead, out_dir: Path, run_name: str, steps: int, 
     final = Progress()
     final.feed(log)
     final.flush()
-    return Drill(
-        returncode=proc.returncode,
-        stderr=err_path.read_text(),
-        status=str(client.get_job_status(sid).value),
-        log=log,
-        progress=final,
-        killed_pid=pid,
-        killed_rank=rank,
-        killed_at=killed_at,
-        last_step_seen=last_seen,
-        checkpoints_at_kill=at_kill,
-        checkpoints_at_end=committed(),
-        wall_s=time.monotonic() - started,
-        run_dir=out_dir / run_name,
-        output_dir=output_dir,
-        held_step_objects=held_objects,
-    )
+    run = dict(returncode=proc.returncode, stderr=err_path.read_text(), status=str(client.get_job_status(sid).value),
+               log=log, progress=final, checkpoints_at_end=committed(), wall_s=time.monotonic() - started,
+               run_dir=out_dir / run_name, output_dir=output_dir)
+    return [Drill(**run, **kill) for kill in kills]
 
 
 def _progress(client, sid: str) -> Progress:

