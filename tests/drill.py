@@ -234,13 +234,16 @@ def kill_workers(head: LocalRayHead, out_dir: Path, run_name: str, steps: int, c
     for moment, step in ((HELD_COMMIT, held), (AFTER_COMMIT, paused)):
         if moment in moments and step is None:
             raise ValueError(f"moments {moments}: {moment!r} needs a storage that holds or pauses after a commit")
+    # Only the log's window needs steps slow enough to be seen; at a storage's moment the saves set the pace (MaxText
+    # starts a save only once the one before it is committed), and the tiny model costs a fraction of the CPU.
+    paced = PACED_MODEL if MID_PERIOD in moments else ()
     started = time.monotonic()
     deadline = started + timeout_s
     with open(err_path, "w") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gke_ray_tpu.training.submit", "--local", "--elastic", "--address", head.address,
              "--output-dir", str(out_dir), f"steps={steps}", f"checkpoint_period={checkpoint_period}",
-             *PACED_MODEL, *written, f"run_name={run_name}"],
+             *paced, *written, f"run_name={run_name}"],
             cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=err, text=True, env=env,
         )
     kills = []
@@ -258,7 +261,7 @@ def kill_workers(head: LocalRayHead, out_dir: Path, run_name: str, steps: int, c
                         group = _progress(client, sid).groups[index]
                         break
                     continue
-                time.sleep(0.2)
+                time.sleep(0.2 if pid is not None else 1.0)  # the whole log is read each time: often only in a window
                 progress = _progress(client, sid)
                 if len(progress.groups) <= index or not progress.groups[index].steps:
                     continue

@@ -90,26 +90,17 @@ def test_the_emulator_keeps_a_commit_markers_writer_waiting_before_or_after_the_
     from etils import epath
 
     step = {"hold": {"hold_commit_of": 4}, "pause after": {"pause_after_commit_of": 4}}[moment]
-    with GcsEmulator("commit-waits", tmp_path / "fake-gcs-server.log", **step) as gcs, \
-            pytest.MonkeyPatch.context() as mp:
-        for key, value in gcs.env.items():
-            mp.setenv(key, value)
-        import gcsfs
-
-        gcsfs.GCSFileSystem.clear_instance_cache()
-        try:
-            for other in (14, 0):  # not the held or paused step, though "4" is in "14"
-                epath.Path(f"gs://commit-waits/run/checkpoints/{other}/commit_success.txt").write_text("done")
-            writer = threading.Thread(daemon=True, target=epath.Path(
-                "gs://commit-waits/run/checkpoints/4/commit_success.txt").write_text, args=("done",))
-            writer.start()
-            event = gcs.held if moment == "hold" else gcs.paused
-            assert event.wait(timeout=30)
-            writer.join(timeout=2)
-            assert writer.is_alive()  # waiting for an answer
-            assert gcs.committed_steps("run/checkpoints") == ([0, 14] if moment == "hold" else [0, 4, 14])
-            (gcs.release if moment == "hold" else gcs.resume)()
-            writer.join(timeout=30)
-            assert not writer.is_alive()
-        finally:
-            gcsfs.GCSFileSystem.clear_instance_cache()
+    with GcsEmulator("commit-waits", tmp_path / "fake-gcs-server.log", **step) as gcs, gcs.clients_here():
+        for other in (14, 0):  # not the held or paused step, though "4" is in "14"
+            epath.Path(f"gs://commit-waits/run/checkpoints/{other}/commit_success.txt").write_text("done")
+        writer = threading.Thread(daemon=True, target=epath.Path(
+            "gs://commit-waits/run/checkpoints/4/commit_success.txt").write_text, args=("done",))
+        writer.start()
+        event = gcs.held if moment == "hold" else gcs.paused
+        assert event.wait(timeout=30)
+        writer.join(timeout=2)
+        assert writer.is_alive()  # waiting for an answer
+        assert gcs.committed_steps("run/checkpoints") == ([0, 14] if moment == "hold" else [0, 4, 14])
+        (gcs.release if moment == "hold" else gcs.resume)()
+        writer.join(timeout=30)
+        assert not writer.is_alive()

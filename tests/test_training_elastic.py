@@ -43,20 +43,14 @@ MOMENTS = (AFTER_COMMIT, HELD_COMMIT)
 def drills(tmp_path_factory):
     """One Drill per kill. The tests read the run's event files from the bucket, so the emulator stays up and this
     process's clients point at it until the module ends."""
-    import gcsfs
-
     out = tmp_path_factory.mktemp("drill")
     with GcsEmulator(BUCKET, out / "fake-gcs-server.log", hold_commit_of=HELD, pause_after_commit_of=PERIOD) as gcs, \
-            pytest.MonkeyPatch.context() as mp:
-        for key, value in gcs.env.items():
-            mp.setenv(key, value)
-        gcsfs.GCSFileSystem.clear_instance_cache()  # one made earlier in this process knows another endpoint
+            gcs.clients_here():
         # JAX_LOG_COMPILES: the workers log JAX's own timing of each compilation, which the goodput is checked against.
         with LocalRayHead(num_cpus=2, log_path=out / "ray-head.log", env={**gcs.env, "JAX_LOG_COMPILES": "1"}) as head:
             found = kill_workers(head, out, RUN, steps=STEPS, checkpoint_period=PERIOD, moments=MOMENTS, rank=0,
                                  timeout_s=720, storage=gcs)
         yield found
-        gcsfs.GCSFileSystem.clear_instance_cache()
 
 
 @pytest.fixture(scope="module")
