@@ -250,8 +250,7 @@ def kill_workers(head: LocalRayHead, out_dir: Path, run_name: str, steps: int, c
     try:
         for index, moment in enumerate(moments):
             # A storage's moment is its event: once the group's worker is known, no log is read until it comes.
-            event = {HELD_COMMIT: storage.held, AFTER_COMMIT: storage.paused}[moment] if storage is not None and \
-                moment != MID_PERIOD else None
+            event = {HELD_COMMIT: storage.held, AFTER_COMMIT: storage.paused}.get(moment) if storage is not None else None
             pid = None
             while True:
                 if time.monotonic() > deadline or proc.poll() is not None:
