@@ -48,6 +48,12 @@ WORKER_ENV = {
 }
 CPU_WORKER_ENV = {**WORKER_ENV, "JAX_PLATFORMS": "cpu"}
 
+CPU_SHARED_BINARY_WAIT_S = 300
+"""How long a CPU process waits for a program the lowest device's process compiles
+(share_compiled_programs_across_cpu_processes): a loaded 2-core machine's slowest import
+and compile with room to spare; past it the worker fails and Ray Train starts the group again,
+where JAX's own default would hold it 20 minutes."""
+
 TPU_HOST_LINE = "[trainer] TPU host:"
 """Each TPU worker's line of what Ray Train gave it (``key=value`` items follow): the slice it is on and
 its multislice settings, read back by tests/test_tpu_path.py and by whoever reads a job's log."""
@@ -72,6 +78,9 @@ def train_loop_per_worker(config: dict) -> None:
         _initialize_jax_on_cpu()
     else:
         _report_tpu_host(config["hosts_per_slice"])
+    if os.environ.get("JAX_PLATFORMS") == "cpu":
+        # Also a TPU job's workers told to run JAX on CPU (tests/fake_tpu_job).
+        share_compiled_programs_across_cpu_processes()
     from maxtext.trainers.pre_train.train import main as maxtext_main
 
     maxtext_main(config["argv"])
@@ -111,7 +120,6 @@ def _initialize_jax_on_cpu() -> None:
     world_size, rank = context.get_world_size(), context.get_world_rank()
     if world_size == 1:
         return
-    _share_the_compilation_cache_across_cpu_processes()
     address = None
     if rank == 0:
         ip = ray.util.get_node_ip_address()
@@ -122,17 +130,20 @@ def _initialize_jax_on_cpu() -> None:
     jax.distributed.initialize(address, num_processes=world_size, process_id=rank)
 
 
-def _share_the_compilation_cache_across_cpu_processes() -> None:
-    """Let every CPU process find the programs process 0 cached.
+def share_compiled_programs_across_cpu_processes() -> None:
+    """Let the processes of a multi-process JAX run on CPU compile each program once.
 
-    Only process 0 writes JAX's persistent cache, and on CPU the cache key
-    includes a topology fingerprint that differs per process (on TPU it is the
-    slice's, the same on every host), so every other rank missed on every
-    restart and recompiled. Hash the global devices instead: the same on every
-    rank, and still different for another device count. This replaces a
-    private function of the pinned jax (0.12.0.1); without it the run is only
-    slower to restart.
+    On CPU, JAX's persistent-cache key includes a topology fingerprint that
+    differs per process (on TPU it is the slice's, the same on every host),
+    and only process 0 writes the cache: every other rank missed it on every
+    restart and compiled again. Hash the global devices instead (the same on
+    every rank, different for another device count), and let the lowest
+    device's process compile what the cache lacks and hand the binary to the
+    others (``jax_share_binary_between_hosts``) within a bounded wait, instead
+    of every rank compiling it at once. This replaces a private function of
+    the pinned jax (0.12.0.1); without it the run only compiles more.
     """
+    import jax
     from jax._src import cache_key
 
     if not hasattr(cache_key, "_hash_accelerator_config"):
@@ -143,6 +154,8 @@ def _share_the_compilation_cache_across_cpu_processes() -> None:
             cache_key._hash_string(hash_obj, f"{device.device_kind}:{device.id}:{device.process_index}")
 
     cache_key._hash_accelerator_config = global_devices
+    jax.config.update("jax_share_binary_between_hosts", True)
+    jax.config.update("jax_share_binary_between_hosts_timeout_ms", CPU_SHARED_BINARY_WAIT_S * 1000)
 
 
 def resolve_config(path: str) -> str:
