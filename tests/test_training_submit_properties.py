@@ -122,7 +122,7 @@ def broken_rules(case: Case, dev_outputs: dict) -> set[str]:
     elastic = preset == "llama3-8b-elastic" or case.elastic or case.min_slices is not None
     slices = (2 if local else num_slices) if case.slices is None else case.slices
     low = (min_default if case.min_slices is None else case.min_slices) if elastic else slices
-    # docs/training.md: an elastic run's fewest slices lie between the stack's elasticMinSlices and numSlices.
+    # An elastic cluster run's --min-slices lies between the stack's elasticMinSlices and numSlices (docs/training.md).
     lowest = min_default if elastic and not local else 1
     if not 1 <= slices <= max_slices or not lowest <= low <= slices:
         broken.add("slices")
