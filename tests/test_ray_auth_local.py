@@ -27,7 +27,7 @@ from gke_ray_tpu.training import submit
 from gke_ray_tpu.training.driver import cluster_checks, connection, port_forward, ray_auth
 from gke_ray_tpu.training.driver.errors import ClusterError
 from gke_ray_tpu.training.driver.jobs_client import JobsApi
-from gke_ray_tpu.training.driver.local_ray import LEAN_RAY_ENV, LocalRayHead
+from gke_ray_tpu.training.driver.local_ray import LEAN_RAY_ENV, TPU_LOG_DIR_ENV, LocalRayHead
 from gke_ray_tpu.training.driver.request import SubmitRequest
 from gke_ray_tpu.training.driver.stack_outputs import StackOutputs
 from tests.fakes import FakeCoreV1, pod
@@ -251,9 +251,9 @@ def test_the_heads_workers_find_their_own_cluster_without_an_address(head):
     assert f"task sees {head.gcs_address}\n" in head.jobs().get_job_logs("address-probe")
 
 
-def test_the_heads_log_monitor_and_raylet_run_with_the_lean_settings(head):
-    """LEAN_RAY_ENV reaches the processes that read it: the log monitor (its glob interval) and the raylet (its
-    worker prestart). Their command lines are their own, so their environment is what they were started with."""
+def _environments(head: LocalRayHead) -> dict[str, dict[str, str]]:
+    """The environment the head's log monitor and raylet were started with, by kind. Their command lines are their
+    own, so their environment is what they were started with."""
     session = os.getsid(head._proc.pid)
     found = {}
     for entry in Path("/proc").iterdir():
@@ -265,5 +265,24 @@ def test_the_heads_log_monitor_and_raylet_run_with_the_lean_settings(head):
                         environ = (entry / "environ").read_bytes().decode(errors="replace").split("\0")
                         found[kind] = dict(item.split("=", 1) for item in environ if "=" in item)
     assert set(found) == {"log_monitor.py", "raylet/raylet"}, found.keys()
-    for kind, environ in found.items():
+    return found
+
+
+def test_the_heads_log_monitor_and_raylet_run_with_the_lean_settings(head):
+    """LEAN_RAY_ENV reaches the processes that read it: the log monitor (its glob interval) and the raylet (its
+    worker prestart)."""
+    for kind, environ in _environments(head).items():
         assert LEAN_RAY_ENV.items() <= environ.items(), kind
+
+
+def test_the_heads_ray_links_and_publishes_a_libtpu_log_folder_of_its_own_not_the_machines(head):
+    """Ray links the libtpu log folder into the node's log folder, and its log monitor publishes every file there to
+    every driver: the machine's /tmp/tpu_logs unless TPU_LOG_DIR names another, so a compile check's libtpu logs,
+    or an earlier run's, would reach each local job's log. The head's processes (and so its jobs') log libtpu to a
+    folder of the head's own, and that is the one Ray links."""
+    temp = Path(head._temp_dir)
+    for kind, environ in _environments(head).items():
+        own = Path(environ[TPU_LOG_DIR_ENV])
+        assert own.parent == temp and own.is_dir(), (kind, own)
+    linked = temp / "session_latest" / "logs" / "tpu_logs"
+    assert linked.is_symlink() and linked.resolve() == own.resolve(), (linked, linked.is_symlink() and os.readlink(linked))

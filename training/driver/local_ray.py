@@ -62,6 +62,12 @@ LEAN_RAY_ENV = {
 """Ray settings for a throwaway head and its nodes: less CPU for Ray's own processes; a job's workers and its log
 are what they were."""
 
+TPU_LOG_DIR_ENV = "TPU_LOG_DIR"
+"""Where libtpu writes its logs, and what Ray links into a node's log folder for its log monitor to publish to every
+driver (``ray/_private/node.py``). Unset, that is the machine's ``/tmp/tpu_logs``: every libtpu log on the machine,
+a compile check's or an earlier run's among them, would reach each local job's log. A local head and its nodes set
+it to a folder of the head's own."""
+
 WORKER_PORTS_FREE = ("--min-worker-port=0", "--max-worker-port=0")
 """Each worker process binds a port the system picks (as Ray's own ``cluster_utils`` starts its nodes), not one of
 ``ray start``'s fixed 10002-19999, which every other Ray on this machine hands out too."""
@@ -125,6 +131,7 @@ class LocalRayHead(Started):
     def _start(self) -> None:
         # Ray's unix sockets live under the temp dir; their paths must stay short.
         self._temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+        Path(self.tpu_log_env[TPU_LOG_DIR_ENV]).mkdir()  # Ray links it only if it is a folder, else /tmp/tpu_logs
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         _start_until_up(self._launch, self._up, "the local Ray head did not start", self.log_path,
                         self.startup_timeout_s)
@@ -182,10 +189,16 @@ class LocalRayHead(Started):
             # join (multi_node) cannot have it: Ray then refuses `ray start --address`.
             **({} if self.multi_node else {SINGLE_MACHINE_ENV: "0"}),
             **LEAN_RAY_ENV,
+            **self.tpu_log_env,
             **self.own_address_env,
             **self.env,
             **self.auth_env,
         }
+
+    @property
+    def tpu_log_env(self) -> dict[str, str]:
+        """The libtpu log folder of this head and its nodes (:data:`TPU_LOG_DIR_ENV`), in its temp dir."""
+        return {TPU_LOG_DIR_ENV: str(Path(self._temp_dir) / "tpu_logs")}
 
     @property
     def own_address_env(self) -> dict[str, str]:
@@ -326,7 +339,7 @@ class LocalRayNode(Started):
         ports = dict(zip(_NODE_PORT_FLAGS, free_ports(len(_NODE_PORT_FLAGS))))
         bin_dir = Path(sys.executable).parent
         env = {**caller_env(), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **LEAN_RAY_ENV,
-               **self.head.own_address_env, **self.env, **self.head.auth_env}
+               **self.head.tpu_log_env, **self.head.own_address_env, **self.env, **self.head.auth_env}
         with open(self.log_path, log_mode) as log:
             self.proc = subprocess.Popen(self._command(self.name, ports), stdout=log, stderr=subprocess.STDOUT,
                                          env=env, start_new_session=True, cwd=self.head._temp_dir)
