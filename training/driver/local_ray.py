@@ -131,7 +131,7 @@ class LocalRayHead(Started):
     def _start(self) -> None:
         # Ray's unix sockets live under the temp dir; their paths must stay short.
         self._temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
-        Path(self.tpu_log_env[TPU_LOG_DIR_ENV]).mkdir()  # Ray links it only if it is a folder, else /tmp/tpu_logs
+        self.tpu_log_dir.mkdir()  # Ray links it only if it is a folder, else /tmp/tpu_logs
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         _start_until_up(self._launch, self._up, "the local Ray head did not start", self.log_path,
                         self.startup_timeout_s)
@@ -166,7 +166,6 @@ class LocalRayHead(Started):
 
     def _env(self) -> dict[str, str]:
         """The head's environment, which every Ray process it starts inherits (a subclass adds to it)."""
-        bin_dir = Path(sys.executable).parent
         # Ray's dashboard looks for ~/ray_bootstrap_config.yaml to report which cloud it runs on and,
         # without one, asks the cloud metadata servers (169.254.169.254), usage stats disabled or not
         # (UsageStatsHead.run). A local head has one in its own home: nothing leaves the machine.
@@ -179,8 +178,6 @@ class LocalRayHead(Started):
             # a closed port of this machine instead.
             "RAY_USAGE_STATS_ENABLED": "0",
             "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
-            # The job's entry point and the workers must find this venv's python.
-            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
             # A throwaway head has nothing to drain; the default makes stop() take 30 s.
             "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
             # `ray start` swaps --node-ip-address=127.0.0.1 for the machine's outward address
@@ -188,17 +185,23 @@ class LocalRayHead(Started):
             # this selects: every process of the head then uses 127.0.0.1. A head that other nodes
             # join (multi_node) cannot have it: Ray then refuses `ray start --address`.
             **({} if self.multi_node else {SINGLE_MACHINE_ENV: "0"}),
-            **LEAN_RAY_ENV,
-            **self.tpu_log_env,
-            **self.own_address_env,
+            **self.cluster_env,
             **self.env,
             **self.auth_env,
         }
 
     @property
-    def tpu_log_env(self) -> dict[str, str]:
+    def cluster_env(self) -> dict[str, str]:
+        """What the head's and its nodes' Ray processes all get: this venv's python first on PATH (the job's entry
+        point and the workers run it), :data:`LEAN_RAY_ENV`, the libtpu log folder and the cluster's address."""
+        bin_dir = Path(sys.executable).parent
+        return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **LEAN_RAY_ENV,
+                TPU_LOG_DIR_ENV: str(self.tpu_log_dir), **self.own_address_env}
+
+    @property
+    def tpu_log_dir(self) -> Path:
         """The libtpu log folder of this head and its nodes (:data:`TPU_LOG_DIR_ENV`), in its temp dir."""
-        return {TPU_LOG_DIR_ENV: str(Path(self._temp_dir) / "tpu_logs")}
+        return Path(self._temp_dir) / "tpu_logs"
 
     @property
     def own_address_env(self) -> dict[str, str]:
@@ -337,9 +340,7 @@ class LocalRayNode(Started):
     def _launch(self, log_mode: str) -> subprocess.Popen:
         self.name = f"local-node-{secrets.token_hex(4)}"
         ports = dict(zip(_NODE_PORT_FLAGS, free_ports(len(_NODE_PORT_FLAGS))))
-        bin_dir = Path(sys.executable).parent
-        env = {**caller_env(), "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **LEAN_RAY_ENV,
-               **self.head.tpu_log_env, **self.head.own_address_env, **self.env, **self.head.auth_env}
+        env = {**caller_env(), **self.head.cluster_env, **self.env, **self.head.auth_env}
         with open(self.log_path, log_mode) as log:
             self.proc = subprocess.Popen(self._command(self.name, ports), stdout=log, stderr=subprocess.STDOUT,
                                          env=env, start_new_session=True, cwd=self.head._temp_dir)
