@@ -27,7 +27,7 @@ from gke_ray_tpu.training import submit
 from gke_ray_tpu.training.driver import cluster_checks, connection, port_forward, ray_auth
 from gke_ray_tpu.training.driver.errors import ClusterError
 from gke_ray_tpu.training.driver.jobs_client import JobsApi
-from gke_ray_tpu.training.driver.local_ray import LEAN_RAY_ENV, TPU_LOG_DIR_ENV, LocalRayHead
+from gke_ray_tpu.training.driver.local_ray import LEAN_RAY_ENV, TEMP_DIR_ENV, TPU_LOG_DIR_ENV, LocalRayHead
 from gke_ray_tpu.training.driver.request import SubmitRequest
 from gke_ray_tpu.training.driver.stack_outputs import StackOutputs
 from tests.fakes import FakeCoreV1, pod
@@ -252,20 +252,23 @@ def test_the_heads_workers_find_their_own_cluster_without_an_address(head):
 
 
 def _environments(head: LocalRayHead) -> dict[str, dict[str, str]]:
-    """The environment the head's log monitor and raylet were started with, by kind. Their command lines are their
-    own, so their environment is what they were started with."""
+    """The environment the head's log monitor, raylet and dashboard were started with, by kind. Their command lines
+    are their own, so their environment is what they were started with."""
     session = os.getsid(head._proc.pid)
     found = {}
     for entry in Path("/proc").iterdir():
         with contextlib.suppress(OSError):
             if entry.name.isdigit() and os.getsid(int(entry.name)) == session:
                 command = (entry / "cmdline").read_bytes().decode(errors="replace")
-                for kind in ("log_monitor.py", "raylet/raylet"):
+                for kind in _KINDS:
                     if kind in command:
                         environ = (entry / "environ").read_bytes().decode(errors="replace").split("\0")
                         found[kind] = dict(item.split("=", 1) for item in environ if "=" in item)
-    assert set(found) == {"log_monitor.py", "raylet/raylet"}, found.keys()
+    assert set(found) == set(_KINDS), found.keys()
     return found
+
+
+_KINDS = ("log_monitor.py", "raylet/raylet", "dashboard/dashboard.py")
 
 
 def test_the_heads_log_monitor_and_raylet_run_with_the_lean_settings(head):
@@ -282,7 +285,18 @@ def test_the_heads_ray_links_and_publishes_a_libtpu_log_folder_of_its_own_not_th
     folder of the head's own, and that is the one Ray links."""
     temp = Path(head._temp_dir)
     folders = {kind: Path(environ[TPU_LOG_DIR_ENV]) for kind, environ in _environments(head).items()}
-    [own] = set(folders.values())  # one folder for the raylet (and the workers it starts) and the log monitor
+    [own] = set(folders.values())  # one folder for the raylet (and the workers it starts), the log monitor, ...
     assert own.parent == temp and own.is_dir(), folders
     linked = temp / "session_latest" / "logs" / "tpu_logs"
     assert linked.is_symlink() and linked.resolve() == own.resolve(), (linked, linked.is_symlink() and os.readlink(linked))
+
+
+def test_the_heads_processes_keep_their_temp_files_in_the_heads_folder_which_goes_with_it(head):
+    """Ray's dashboard starts its modules from a multiprocessing forkserver, whose socket folder (pymp-*) is left in the
+    temp folder however the head stops: one in /tmp per head, before. The head's processes (and so its jobs') take a
+    temp folder in the head's own, which stop() removes."""
+    temp = Path(head._temp_dir)
+    folders = {kind: Path(environ[TEMP_DIR_ENV]) for kind, environ in _environments(head).items()}
+    [own] = set(folders.values())
+    assert own.parent == temp and own.is_dir(), folders
+    assert list(own.glob("pymp-*/listener-*")), sorted(p.name for p in own.iterdir())  # the dashboard's forkserver

@@ -68,6 +68,11 @@ driver (``ray/_private/node.py``). Unset, that is the machine's ``/tmp/tpu_logs`
 a compile check's or an earlier run's among them, would reach each local job's log. A local head and its nodes set
 it to a folder of the head's own."""
 
+TEMP_DIR_ENV = "TMPDIR"
+"""Where Python's ``tempfile`` and ``multiprocessing`` put their files in the head's and its nodes' processes, and so
+in its jobs'. Ray's dashboard starts its modules from a multiprocessing forkserver, whose socket folder
+(``/tmp/pymp-*``) stays behind however the head stops; a local head's is a folder of its own, removed with it."""
+
 WORKER_PORTS_FREE = ("--min-worker-port=0", "--max-worker-port=0")
 """Each worker process binds a port the system picks (as Ray's own ``cluster_utils`` starts its nodes), not one of
 ``ray start``'s fixed 10002-19999, which every other Ray on this machine hands out too."""
@@ -132,6 +137,7 @@ class LocalRayHead(Started):
         # Ray's unix sockets live under the temp dir; their paths must stay short.
         self._temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
         self.tpu_log_dir.mkdir()  # Ray links it only if it is a folder, else /tmp/tpu_logs
+        self.scratch_dir.mkdir()  # tempfile falls back to /tmp when TMPDIR is not a folder
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         _start_until_up(self._launch, self._up, "the local Ray head did not start", self.log_path,
                         self.startup_timeout_s)
@@ -193,15 +199,20 @@ class LocalRayHead(Started):
     @property
     def cluster_env(self) -> dict[str, str]:
         """What the head's and its nodes' Ray processes all get: this venv's python first on PATH (the job's entry
-        point and the workers run it), :data:`LEAN_RAY_ENV`, the libtpu log folder and the cluster's address."""
+        point and the workers run it), :data:`LEAN_RAY_ENV`, the libtpu and temp folders and the cluster's address."""
         bin_dir = Path(sys.executable).parent
         return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **LEAN_RAY_ENV,
-                TPU_LOG_DIR_ENV: str(self.tpu_log_dir), **self.own_address_env}
+                TPU_LOG_DIR_ENV: str(self.tpu_log_dir), TEMP_DIR_ENV: str(self.scratch_dir), **self.own_address_env}
 
     @property
     def tpu_log_dir(self) -> Path:
         """The libtpu log folder of this head and its nodes (:data:`TPU_LOG_DIR_ENV`), in its temp dir."""
         return Path(self._temp_dir) / "tpu_logs"
+
+    @property
+    def scratch_dir(self) -> Path:
+        """The temp folder of this head's and its nodes' processes (:data:`TEMP_DIR_ENV`), in its temp dir."""
+        return Path(self._temp_dir) / "tmp"
 
     @property
     def own_address_env(self) -> dict[str, str]:
