@@ -471,7 +471,10 @@ def _run_child(request: CompileRequest, log: Path, progress: Callable[[str], Non
         with open(log, "wb") as out:
             child = subprocess.Popen(
                 [sys.executable, "-m", "gke_ray_tpu.preflight.xla_compile", str(request_file), str(result_file)],
-                cwd=REPO_ROOT, env=_child_env(request), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                # The child's temp files go in this scratch folder: libtpu may end the child before its own
+                # cleanup runs (a flag it does not know), and this folder is removed however the child ended.
+                cwd=REPO_ROOT, env={**_child_env(request), "TMPDIR": scratch}, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
             try:
                 while True:

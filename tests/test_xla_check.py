@@ -16,6 +16,7 @@ import io
 import json
 import shutil
 import os
+import tempfile
 import re
 import time
 from pathlib import Path
@@ -127,12 +128,18 @@ def test_an_elastic_run_is_compiled_at_each_slice_count_it_may_train_on(tiny):
     assert out["xla"]["margin_gib"] == min(xla["margin_gib"] for xla in by_slices.values())
 
 
-def test_a_flag_libtpu_does_not_know_stops_the_check_naming_it(cache):
+def test_a_flag_libtpu_does_not_know_stops_the_check_naming_it(cache, tmp_path, monkeypatch):
     request = tiny_request(flags=("--xla_tpu_no_such_flag_for_this_test=true",))
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
     with pytest.raises(xla_check.CompileCheckError) as error:
         xla_check.compile_check(request, progress=lambda _: None)
     assert "Unknown command line flag 'xla_tpu_no_such_flag_for_this_test'" in str(error.value)
     assert not (cache / f"{request.digest()}.json").exists()
+    # libtpu ended the child before its temp folder's cleanup ran: that folder was in the check's own, removed.
+    assert list(temp.iterdir()) == []
 
 
 def test_xla_refuses_the_tutorials_flags_for_v6e_and_the_refusal_is_compiled_again(cache):
