@@ -42,9 +42,11 @@ def test_as_jax_comes_the_second_process_misses_the_cache_on_every_run(tmp_path)
 
 def test_the_trainers_cpu_workers_compile_once_and_find_it_on_the_next_run(tmp_path):
     first, second = run_both(tmp_path, "trainer"), run_both(tmp_path, "trainer")
-    # The cold run: process 0 compiles; process 1 waits for its binary instead of compiling the program too.
+    # The cold run: process 0 compiles; process 1 does not compile the program too. It waits for process 0's
+    # binary or, where process 0 wrote it to the cache first (a busy machine), finds it there under the same key.
+    # A miss not followed by a wait is a compile of its own.
     assert first[0]["miss"] and not first[0]["waited"]
-    assert first[1]["waited"]
+    assert first[1]["waited"] if first[1]["miss"] else first[1]["hit"], first[1]
     # The next run (a restarted worker group): both find it in the cache.
     assert second[0]["hit"] and second[1]["hit"]
     assert not second[1]["miss"] and not second[1]["waited"]
