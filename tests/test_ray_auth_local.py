@@ -251,9 +251,12 @@ def test_the_heads_workers_find_their_own_cluster_without_an_address(head):
     assert f"task sees {head.gcs_address}\n" in head.jobs().get_job_logs("address-probe")
 
 
+_KINDS = ("log_monitor.py", "raylet/raylet", "dashboard/dashboard.py")
+
+
 def _environments(head: LocalRayHead) -> dict[str, dict[str, str]]:
-    """The environment the head's log monitor, raylet and dashboard were started with, by kind. Their command lines
-    are their own, so their environment is what they were started with."""
+    """The environment the head's log monitor, raylet and dashboard (:data:`_KINDS`) were started with, by kind. Their
+    command lines are their own, so their environment is what they were started with."""
     session = os.getsid(head._proc.pid)
     found = {}
     for entry in Path("/proc").iterdir():
@@ -268,7 +271,13 @@ def _environments(head: LocalRayHead) -> dict[str, dict[str, str]]:
     return found
 
 
-_KINDS = ("log_monitor.py", "raylet/raylet", "dashboard/dashboard.py")
+def _heads_own_folder(head: LocalRayHead, variable: str) -> Path:
+    """The one folder ``variable`` names for all of :data:`_KINDS` (and so for the workers the raylet starts): an
+    existing folder directly in the head's temp dir."""
+    folders = {kind: Path(environ[variable]) for kind, environ in _environments(head).items()}
+    [own] = set(folders.values())
+    assert own.parent == Path(head._temp_dir) and own.is_dir(), folders
+    return own
 
 
 def test_the_heads_log_monitor_and_raylet_run_with_the_lean_settings(head):
@@ -283,11 +292,8 @@ def test_the_heads_ray_links_and_publishes_a_libtpu_log_folder_of_its_own_not_th
     every driver: the machine's /tmp/tpu_logs unless TPU_LOG_DIR names another, so a compile check's libtpu logs,
     or an earlier run's, would reach each local job's log. The head's processes (and so its jobs') log libtpu to a
     folder of the head's own, and that is the one Ray links."""
-    temp = Path(head._temp_dir)
-    folders = {kind: Path(environ[TPU_LOG_DIR_ENV]) for kind, environ in _environments(head).items()}
-    [own] = set(folders.values())  # one folder for the raylet (and the workers it starts), the log monitor, ...
-    assert own.parent == temp and own.is_dir(), folders
-    linked = temp / "session_latest" / "logs" / "tpu_logs"
+    own = _heads_own_folder(head, TPU_LOG_DIR_ENV)
+    linked = Path(head._temp_dir) / "session_latest" / "logs" / "tpu_logs"
     assert linked.is_symlink() and linked.resolve() == own.resolve(), (linked, linked.is_symlink() and os.readlink(linked))
 
 
@@ -295,8 +301,5 @@ def test_the_heads_processes_keep_their_temp_files_in_the_heads_folder_which_goe
     """Ray's dashboard starts its modules from a multiprocessing forkserver, whose socket folder (pymp-*) is left in the
     temp folder however the head stops: one in /tmp per head, before. The head's processes (and so its jobs') take a
     temp folder in the head's own, which stop() removes."""
-    temp = Path(head._temp_dir)
-    folders = {kind: Path(environ[TEMP_DIR_ENV]) for kind, environ in _environments(head).items()}
-    [own] = set(folders.values())
-    assert own.parent == temp and own.is_dir(), folders
+    own = _heads_own_folder(head, TEMP_DIR_ENV)
     assert list(own.glob("pymp-*/listener-*")), sorted(p.name for p in own.iterdir())  # the dashboard's forkserver
