@@ -20,8 +20,7 @@ the lock (``tests/fake_tpu_job``), MaxText's ``hardware``
 local-file commit rules, not the ``gs://`` commit marker; see
 :func:`submission`). Multi-node Ray does not stay on 127.0.0.1 (Ray refuses
 ``ray start --address`` in its single-machine mode): the head and the nodes use
-this machine's own address, and nothing is sent anywhere else. One Ray setting differs from a GKE cluster's: the
-head lists a lost host dead sooner (:data:`LOST_HOST_CHECKS`).
+this machine's own address, and nothing is sent anywhere else.
 """
 
 from __future__ import annotations
@@ -55,11 +54,6 @@ POD_ENV_STAND_IN = {"JAX_PLATFORMS": "cpu"}
 ON_CPU = {"hardware": "cpu", "model_name": "default", "ici_fsdp_parallelism": -1, "ici_tensor_parallelism": 1}
 """MaxText on the fake hosts: the tiny CPU model (``tiny-cpu``'s settings) instead of the 8B, a CPU device per
 worker, one FSDP axis filled in over them (as in a slice) and data parallelism over DCN left to MaxText (-1)."""
-LOST_HOST_CHECKS = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
-"""The head's GCS checks its hosts every second and lists one dead after 3 failed checks: a SIGKILLed host refuses
-at once, so it is gone from Ray's view in about 3 s instead of the 12 s of Ray's 3 s and 5 checks (Ray Train sees
-the lost slice, and ``wait_until_gone`` ends, that much sooner). A host that is slow to answer still has Ray's 10 s
-a check (``health_check_timeout_ms``) before a check fails."""
 TRAINER_STAND_IN = REPO_ROOT / "tests" / "fake_tpu_job"
 RAYCLUSTER = "kubernetes:ray.io/v1:RayCluster"
 RESIZE_CHECK_S = 5.0
@@ -125,8 +119,7 @@ class FakeTpuCluster(Started):
         return [f"slice-{chr(ord('a') + i)}" for i in range(self.stack.slices)]
 
     def _start(self) -> None:
-        self.head = LocalRayHead(num_cpus=1, log_path=self.out_dir / "ray-head.log", multi_node=True,
-                                 env=LOST_HOST_CHECKS).__enter__()
+        self.head = LocalRayHead(num_cpus=1, log_path=self.out_dir / "ray-head.log", multi_node=True).__enter__()
 
     def start_slice(self, name: str) -> list[LocalRayNode]:
         """Start the hosts of slice ``name``, one after the other (side by side, on 2 cores, a raylet may miss Ray's
