@@ -21,7 +21,9 @@ from gke_ray_tpu.core.kuberay import RAY_VERSION, has_token_auth
 from gke_ray_tpu.stack import preview
 from gke_ray_tpu.stack.mock_engine import MockGke, OfflineRun, run_offline
 from tests.conftest import with_keys
-from tests.schemas import RAYCLUSTER_CRD as RAYCLUSTER_CRD_FILE, validate_core, validate_ray_cluster, validate_ray_job
+from tests.schemas import (
+    RAYCLUSTER_CRD as RAYCLUSTER_CRD_FILE, RAYJOB_CRD as RAYJOB_CRD_FILE, validate_core, validate_ray_cluster, validate_ray_job,
+)
 from tests.test_gke_rules import kuberay_15_crd
 from tests.test_stack_dev import RAYCLUSTER, RAYJOB
 
@@ -239,3 +241,28 @@ def test_the_clusters_kuberay_is_read_before_the_raycluster_and_one_that_would_d
     assert old.of_type(RAYCLUSTER) == []  # never created open
     # The failed run's unawaited outputs do not leak into the next run in this process.
     assert run_offline(dev_config).of_type(RAYCLUSTER)
+
+
+def test_the_crds_a_cluster_serves_are_checked_without_an_output_per_node_of_their_schemas(dev_config, monkeypatch):
+    """The stack reads KubeRay's CRDs whole, as a cluster serves them; ``Output.all`` over the two specs would make an
+    Output of every node of both schemas (11 CPU-seconds a preview: bench/bench_crd_read.py). Each spec comes down to
+    its problems first, so a run makes as many Outputs against the whole CRDs as against the mock's cut ones."""
+    import pulumi
+
+    made = []
+    track = pulumi.Output._track  # every Output the SDK makes registers itself here (pulumi 3's output.py)
+
+    def counted(self):
+        made.append(self)
+        track(self)
+
+    monkeypatch.setattr(pulumi.Output, "_track", counted)
+    whole = MockGke(served_raycluster_crd=json.loads(RAYCLUSTER_CRD_FILE.read_text())["spec"],
+                    served_rayjob_crd=json.loads(RAYJOB_CRD_FILE.read_text())["spec"])
+    counts = []
+    for gke in (MockGke(), whole):
+        made.clear()
+        run = run_offline(dev_config, gke=gke)
+        assert "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition" in run.reads and run.of_type(RAYJOB)
+        counts.append(len(made))
+    assert counts[1] == counts[0], counts
