@@ -306,7 +306,8 @@ def served_kuberay(name: str, cluster_name: str, key: str, own_clusters: bool,
         return found
 
     def check(found: list[list[str]]) -> pulumi.Resource:
-        problems = [problem for of_one in found for problem in of_one]
+        raycluster, rayjob = found
+        problems = raycluster + (rayjob if own_clusters else [])
         if problems:
             floor = MIN_KUBERAY_OWN_CLUSTERS if own_clusters else MIN_KUBERAY_AUTH
             raise ConfigError(key, cluster_name, f"a cluster whose Ray operator add-on runs KubeRay >= {floor}: "
@@ -314,8 +315,7 @@ def served_kuberay(name: str, cluster_name: str, key: str, own_clusters: bool,
         return reads[-1]
 
     # Each CRD comes down to its problems before the two are joined: Output.all unwraps its inputs' values deeply,
-    # one Output per node of a CRD's schema (about 7 CPU-seconds for KubeRay's RayJob CRD in pulumi preview).
-    raycluster, rayjob = reads
-    found = [raycluster.spec.apply(problems_of(RAYCLUSTER_CRD, served_crd_problems)),
-             rayjob.spec.apply(problems_of(RAYJOB_CRD, served_rayjob_problems if own_clusters else lambda _: []))]
+    # an Output per node of a CRD's schema (bench/bench_crd_read.py).
+    found = [read.spec.apply(problems_of(crd, problems)) for read, crd, problems in
+             zip(reads, (RAYCLUSTER_CRD, RAYJOB_CRD), (served_crd_problems, served_rayjob_problems))]
     return pulumi.Output.all(*found).apply(check)
