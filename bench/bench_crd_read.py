@@ -12,7 +12,6 @@ every node of both schemas into an Output of its own; each spec now comes down t
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -22,13 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gke_ray_tpu.stack.mock_engine import MockGke, load_stack_file, run_offline  # noqa: E402
-
-CRDS = REPO / "tests" / "crds" / "kuberay"
-
-
-def whole_crds() -> MockGke:
-    spec = {name: json.loads((CRDS / f"ray.io_{name}.json").read_text())["spec"] for name in ("rayclusters", "rayjobs")}
-    return MockGke(served_raycluster_crd=spec["rayclusters"], served_rayjob_crd=spec["rayjobs"])
+from tests.schemas import served_kuberay_crds  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,15 +32,15 @@ def main(argv: list[str] | None = None) -> int:
     run_offline(config)  # the imports and the first run's caches, counted in neither column
     seconds: dict[str, list[float]] = {"cut CRDs": [], "whole CRDs": []}
     for _ in range(args.rounds):
-        for label, gke in (("cut CRDs", MockGke()), ("whole CRDs", whole_crds())):
+        for label, gke in (("cut CRDs", MockGke()), ("whole CRDs", MockGke(**served_kuberay_crds()))):
             started = time.process_time()
             run_offline(config, gke=gke)
             seconds[label].append(time.process_time() - started)
-    cut, whole = (statistics.median(seconds[label]) for label in seconds)
+    medians = {label: statistics.median(values) for label, values in seconds.items()}
     print(f"the dev stack's offline run, CPU seconds over {args.rounds} rounds (median):")
     for label, values in seconds.items():
-        print(f"  {label:<11} {statistics.median(values):6.2f}  ({', '.join(f'{v:.2f}' for v in values)})")
-    print(f"  whole / cut {whole / cut:6.1f}")
+        print(f"  {label:<11} {medians[label]:6.2f}  ({', '.join(f'{v:.2f}' for v in values)})")
+    print(f"  whole / cut {medians['whole CRDs'] / medians['cut CRDs']:6.1f}")
     return 0
 
 

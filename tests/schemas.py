@@ -12,6 +12,7 @@ stored objects to the same, each write as an update of the one before.
 from __future__ import annotations
 
 import copy
+import json
 import re
 import weakref
 from functools import lru_cache
@@ -89,6 +90,12 @@ def validate_kueue(manifest: dict, old: Optional[dict] = None) -> None:
     if manifest.get("apiVersion") != KUEUE_API_VERSION:
         raise jsonschema.ValidationError(f"{kind} apiVersion {manifest.get('apiVersion')!r}: expected {KUEUE_API_VERSION}")
     _validate_custom(manifest, kueue_crd(kind), kind, "v1beta2", old=old)
+
+
+def served_kuberay_crds() -> dict:
+    """KubeRay's CRDs whole, as a cluster serves them (their specs), in ``MockGke``'s keywords."""
+    return {"served_raycluster_crd": json.loads(RAYCLUSTER_CRD.read_text())["spec"],
+            "served_rayjob_crd": json.loads(RAYJOB_CRD.read_text())["spec"]}
 
 
 def kueue_crd(kind: str) -> Path:

@@ -22,7 +22,7 @@ from gke_ray_tpu.stack import preview
 from gke_ray_tpu.stack.mock_engine import MockGke, OfflineRun, run_offline
 from tests.conftest import with_keys
 from tests.schemas import (
-    RAYCLUSTER_CRD as RAYCLUSTER_CRD_FILE, RAYJOB_CRD as RAYJOB_CRD_FILE, validate_core, validate_ray_cluster, validate_ray_job,
+    RAYCLUSTER_CRD as RAYCLUSTER_CRD_FILE, served_kuberay_crds, validate_core, validate_ray_cluster, validate_ray_job,
 )
 from tests.test_gke_rules import kuberay_15_crd
 from tests.test_stack_dev import RAYCLUSTER, RAYJOB
@@ -257,10 +257,8 @@ def test_the_crds_a_cluster_serves_are_checked_without_an_output_per_node_of_the
         track(self)
 
     monkeypatch.setattr(pulumi.Output, "_track", counted)
-    whole = MockGke(served_raycluster_crd=json.loads(RAYCLUSTER_CRD_FILE.read_text())["spec"],
-                    served_rayjob_crd=json.loads(RAYJOB_CRD_FILE.read_text())["spec"])
     counts = []
-    for gke in (MockGke(), whole):
+    for gke in (MockGke(), MockGke(**served_kuberay_crds())):
         made.clear()
         run = run_offline(dev_config, gke=gke)
         assert "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition" in run.reads and run.of_type(RAYJOB)
