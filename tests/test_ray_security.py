@@ -245,7 +245,7 @@ def test_the_clusters_kuberay_is_read_before_the_raycluster_and_one_that_would_d
 
 def test_the_crds_a_cluster_serves_are_checked_without_an_output_per_node_of_their_schemas(dev_config, monkeypatch):
     """The stack reads KubeRay's CRDs whole, as a cluster serves them; ``Output.all`` over the two specs would make an
-    Output of every node of both schemas (11 CPU-seconds a preview: bench/bench_crd_read.py). Each spec comes down to
+    Output of every node of both schemas (what that costs a preview: bench/bench_crd_read.py). Each spec comes down to
     its problems first, so a run makes as many Outputs against the whole CRDs as against the mock's cut ones."""
     import pulumi
 
