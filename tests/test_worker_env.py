@@ -377,7 +377,7 @@ def test_the_compile_checks_verdict_names_the_locks_compiler():
 
 
 RAY_UV_SCRIPT = """
-import json, sys
+import json, pathlib, sys
 import ray
 env = json.loads(sys.argv[1])
 ray.init(num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[2])
@@ -388,7 +388,7 @@ def versions():
     import tpu_dep_a
     return [tpu_dep_a.VERSION, m.version("tpu_dep_a"), m.version("jax")]
 
-print(json.dumps(ray.get(versions.remote(), timeout=300)))
+pathlib.Path(sys.argv[3]).write_text(json.dumps(ray.get(versions.remote(), timeout=300)))
 """
 
 
@@ -413,8 +413,11 @@ def test_rays_uv_runtime_env_installs_the_missing_part_of_a_lock_with_the_traine
     env = trainer.tpu_worker_env(worker_env.installed_here())
     assert env["uv"].pop("uv_version") == f"=={worker_env.UV_VERSION}"
     env["env_vars"] = {**env["env_vars"], "UV_NO_INDEX": "1", "UV_FIND_LINKS": str(wheels)}
-    result = subprocess.run([sys.executable, "-c", RAY_UV_SCRIPT, json.dumps(env), str(ray_temp_dir)],
+    # The answer goes to a file: Ray forwards its workers' log lines to the driver's stdout whenever they come,
+    # also after the driver's last print (a worker's JAX warning did, in CI).
+    answer = tmp_path / "versions.json"
+    result = subprocess.run([sys.executable, "-c", RAY_UV_SCRIPT, json.dumps(env), str(ray_temp_dir), str(answer)],
                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == ["1.0", "1.0", metadata.version("jax")]
+    assert json.loads(answer.read_text()) == ["1.0", "1.0", metadata.version("jax")]
     assert list(ray_temp_dir.glob("session_*/runtime_resources/uv/*/virtualenv"))  # the clone is where it is removed
