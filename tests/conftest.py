@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -60,6 +63,15 @@ def pytest_sessionfinish(session, exitstatus):
     if skipped and exitstatus == pytest.ExitCode.OK:
         reporter.write_line(f"{len(skipped)} skipped: no test may skip (tests/conftest.py)", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def python_without_the_project(where: Path) -> Path:
+    """A venv (its bin folder) whose Python sees this one's packages but not the project's editable install: its
+    site-packages names ours as a plain path, so our .pth files (the editable finder's among them) are not run."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    [site_packages] = where.glob("lib/python*/site-packages")
+    (site_packages / "packages_without_the_project.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return where / "bin"
 
 
 STACK_CONTEXT = "gke_my-tpu-project_us-east5-b_ray-tpu-multislice"

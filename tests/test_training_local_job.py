@@ -17,7 +17,6 @@ import select
 import signal
 import socket
 import subprocess
-import sysconfig
 import sys
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ from gke_ray_tpu.core.job_spec import submission_id_for
 from gke_ray_tpu.training.driver.local_ray import LocalRayHead
 from gke_ray_tpu.training.driver.progress import Progress
 from gke_ray_tpu.training.driver.ray_auth import RayToken
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, python_without_the_project
 from tests.drill import jax_compile_seconds, maxtext_step_seconds
 from tests.fakes import FakeCoreV1, pod
 
@@ -290,15 +289,6 @@ def test_a_job_that_maxtext_rejects_fails_with_its_error_lines(ray_head, tmp_pat
     assert "[submit]     pydantic_core._pydantic_core.ValidationError: 1 validation error for MaxTextConfig" in errors
     assert "[submit]     ray.train.WorkerGroupError: Training failed due to worker errors:" in errors
     assert ray_head.jobs().get_job_status(sid) == JobStatus.FAILED
-
-
-def python_without_the_project(where: Path) -> Path:
-    """A venv (its bin folder) whose Python sees this one's packages but not the project's editable install: its
-    site-packages names ours as a plain path, so our .pth files (the editable finder's among them) are not run."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
-    [site_packages] = where.glob("lib/python*/site-packages")
-    (site_packages / "packages_without_the_project.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    return where / "bin"
 
 
 def follow_in_a_terminal(ray_head: LocalRayHead, out: Path, run: str) -> tuple[int, str]:

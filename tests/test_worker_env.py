@@ -27,7 +27,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from gke_ray_tpu.core import worker_env
 from gke_ray_tpu.core.worker_env.install import read_lock
 from gke_ray_tpu.training.worker import trainer
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, python_without_the_project
 
 KEY = ("jax", "jaxlib", "libtpu", "maxtext", "orbax-checkpoint", "ray")
 NOT_REQUIREMENTS_TXTS = {"sympy"}
@@ -394,7 +394,7 @@ pathlib.Path(sys.argv[3]).write_text(json.dumps(ray.get(versions.remote(), timeo
 
 @pytest.fixture()
 def ray_temp_dir():
-    """Ray's temp dir for one test, removed after it. Ray's uv plugin clones this venv (2.7 GB) into the session's
+    """Ray's temp dir for one test, removed after it: Ray's uv plugin clones the driver's venv into the session's
     runtime_resources, which Ray's default /tmp/ray would keep after every run. Under /tmp: Ray's socket paths
     must stay short."""
     path = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
@@ -407,7 +407,11 @@ def test_rays_uv_runtime_env_installs_the_missing_part_of_a_lock_with_the_traine
     """The trainer's runtime env as Ray 2.60's uv plugin runs it: a virtualenv over this Python, the lock's lines
     with their hashes, --no-deps --require-hashes --only-binary :all:. The workers see the installed wheel and this
     Python's own packages. Without ``uv_version``: Ray would pip-install that uv from PyPI; this venv has the same
-    uv (requirements-dev.txt), which Ray then uses."""
+    uv (requirements-dev.txt), which Ray then uses.
+
+    The driver's Python is a venv that names this one's packages (``python_without_the_project``): Ray's plugin
+    copies a driver's venv whole (``ray/_private/runtime_env/virtualenv_utils.py``), and a copy of .venv is 2.7 GB
+    and half a minute of a core."""
     lock = write_lock(tmp_path / "pylock.toml", [wheels / "tpu_dep_a-1.0-py3-none-any.whl"])
     monkeypatch.setattr(trainer, "packages", lambda: tuple(read_lock(lock)))
     env = trainer.tpu_worker_env(worker_env.installed_here())
@@ -416,7 +420,8 @@ def test_rays_uv_runtime_env_installs_the_missing_part_of_a_lock_with_the_traine
     # The answer goes to a file: Ray forwards its workers' log lines to the driver's stdout whenever they come,
     # also after the driver's last print (a worker's JAX warning did, in CI).
     answer = tmp_path / "versions.json"
-    result = subprocess.run([sys.executable, "-c", RAY_UV_SCRIPT, json.dumps(env), str(ray_temp_dir), str(answer)],
+    python = python_without_the_project(tmp_path / "driver") / "python"
+    result = subprocess.run([str(python), "-c", RAY_UV_SCRIPT, json.dumps(env), str(ray_temp_dir), str(answer)],
                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(answer.read_text()) == ["1.0", "1.0", metadata.version("jax")]
