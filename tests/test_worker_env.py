@@ -410,8 +410,8 @@ def test_rays_uv_runtime_env_installs_the_missing_part_of_a_lock_with_the_traine
     uv (requirements-dev.txt), which Ray then uses.
 
     The driver's Python is a venv that names this one's packages (``python_without_the_project``): Ray's plugin
-    copies a driver's venv whole (``ray/_private/runtime_env/virtualenv_utils.py``), and a copy of .venv is 2.7 GB
-    and half a minute of a core."""
+    copies a driver's venv whole (``ray/_private/runtime_env/virtualenv_utils.py``), and a copy of .venv is
+    gigabytes (its cost: bench/README.md)."""
     lock = write_lock(tmp_path / "pylock.toml", [wheels / "tpu_dep_a-1.0-py3-none-any.whl"])
     monkeypatch.setattr(trainer, "packages", lambda: tuple(read_lock(lock)))
     env = trainer.tpu_worker_env(worker_env.installed_here())
