@@ -8,6 +8,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("core", "components", "preflight", "stack", "training")
@@ -18,6 +19,11 @@ def source_files() -> list[Path]:
     """Every Python file of the installed packages, in their folders at the repository's root."""
     return sorted(path for package in PACKAGES for path in (REPO_ROOT / package).rglob("*.py"))
 
+
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
+"""No time limit on a hypothesis example (its default is 200 ms): a test's verdict must not depend on how loaded the
+machine is."""
 
 _PROCESSES = pytest.StashKey()
 

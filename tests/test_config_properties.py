@@ -213,7 +213,7 @@ def assert_names_a_config_key(error: ConfigError) -> None:
     assert str(error).startswith(f"invalid config {error.key}=") and ": expected " in str(error)
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=600, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(changes=mutations)
 def test_any_config_parses_or_is_refused_naming_a_config_key(dev_config, changes):
     try:
@@ -227,7 +227,7 @@ def test_any_config_parses_or_is_refused_naming_a_config_key(dev_config, changes
         assert len(parsed.dcn_cidrs_or_default) <= parsed.shape.generation.dcn_nics_per_host
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(changes=mutations)
 def test_every_stack_is_refused_before_registering_or_registers_only_valid_names(dev_config, changes):
     config = mutate(dev_config, changes)

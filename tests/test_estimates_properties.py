@@ -26,7 +26,7 @@ PDBS = st.integers(min_value=1, max_value=8)
 SEQ = st.sampled_from([512, 1024, 2048, 4096, 8192])
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(MODEL, MESHES, POLICY, PDBS, SEQ)
 def test_more_batch_or_sequence_never_needs_less(model, mesh, policy, pdbs, seq):
     base = estimate_hbm(model, V6E_4X4, 2, mesh, pdbs, seq, policy)
@@ -36,7 +36,7 @@ def test_more_batch_or_sequence_never_needs_less(model, mesh, policy, pdbs, seq)
     assert estimate_hbm(model, V6E_4X4, 2, mesh, pdbs + 1, seq, policy).params_gib == base.params_gib
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(MODEL, MESHES, POLICY, PDBS, SEQ)
 def test_full_remat_is_the_smallest_policy(model, mesh, policy, pdbs, seq):
     full = estimate_hbm(model, V6E_4X4, 2, mesh, pdbs, seq, "full")
@@ -46,7 +46,7 @@ def test_full_remat_is_the_smallest_policy(model, mesh, policy, pdbs, seq):
         other.activations_gib + other.transient_gib
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(MODEL, POLICY, PDBS, SEQ)
 def test_fsdp_over_dcn_halves_state_versus_data_over_dcn(model, policy, pdbs, seq):
     ici = {"ici_fsdp_parallelism": 4, "ici_tensor_parallelism": 4}

@@ -78,7 +78,7 @@ def maxtext_loader():
 
 
 # One loader call takes 0.3-1 s on 2 busy cores (importing it ~10 s): under a minute in all.
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(overrides=override_maps)
 def test_overrides_are_refused_naming_a_key_or_taken_by_maxtexts_loader(maxtext_loader, tmp_path, overrides):
     unknown = [key for key in overrides if key not in installed().keys]

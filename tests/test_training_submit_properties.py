@@ -206,7 +206,7 @@ def argv_of(case: Case, files: dict[str, str], out_dir: str, a_file: str) -> lis
     return argv + case.overrides
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=400, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=cases)
 def test_any_command_line_is_a_valid_plan_or_one_error_line(case, outputs_files, dev_outputs, tmp_path_factory,
                                                            monkeypatch):
