@@ -418,7 +418,7 @@ def test_rays_uv_runtime_env_installs_the_missing_part_of_a_lock_with_the_traine
     assert env["uv"].pop("uv_version") == f"=={worker_env.UV_VERSION}"
     env["env_vars"] = {**env["env_vars"], "UV_NO_INDEX": "1", "UV_FIND_LINKS": str(wheels)}
     # The answer goes to a file: Ray forwards its workers' log lines to the driver's stdout whenever they come,
-    # also after the driver's last print (a worker's JAX warning did, in CI).
+    # also after the driver's last print (a worker's libtpu warning did, in CI).
     answer = tmp_path / "versions.json"
     python = python_without_the_project(tmp_path / "driver") / "python"
     result = subprocess.run([str(python), "-c", RAY_UV_SCRIPT, json.dumps(env), str(ray_temp_dir), str(answer)],
