@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
+import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Literal, Optional, Sequence
+from typing import Callable, Coroutine, Literal, Optional, Sequence
 
 from gke_ray_tpu.training.driver import retry
 from gke_ray_tpu.core.errors import ConfigError
@@ -106,6 +108,51 @@ def latest(run_name: str, jobs: Sequence[RunJob]) -> Next:
     job = _newest(active or jobs)
     return Next("follow" if active else "report", job.submission_id, job.attempt or 0,
                 f"{job.submission_id} is {job.status}")
+
+
+def run_until_ctrl_c(loop: asyncio.AbstractEventLoop, make: Callable[[], Coroutine]) -> None:
+    """Run the coroutine ``make()`` returns on ``loop`` to its end; Ctrl-C cancels it and raises KeyboardInterrupt.
+
+    ``asyncio.Runner.run`` makes the task first and installs its Ctrl-C handler after: a Ctrl-C in between
+    raised KeyboardInterrupt with the task still pending, and the loop's close reported that task with a
+    traceback (seen under load in tests/test_training_local_job.py). Here the handler is in place before the
+    coroutine exists, and a Ctrl-C that comes before the task only marks it: the task is cancelled as soon as it
+    is made. A second Ctrl-C raises KeyboardInterrupt at once. A task left unfinished is cancelled, and
+    ``JobsApi``'s close runs it to its end.
+    """
+    task: asyncio.Task | None = None
+    interrupted = False
+
+    def on_ctrl_c(signum, frame) -> None:
+        nonlocal interrupted
+        if interrupted:
+            raise KeyboardInterrupt
+        interrupted = True
+        if task is not None:
+            task.cancel()
+            loop.call_soon_threadsafe(lambda: None)  # wakes a loop asleep in select()
+
+    handles_ctrl_c = (threading.current_thread() is threading.main_thread()
+                      and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    if handles_ctrl_c:
+        signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        task = loop.create_task(make())
+        if interrupted:
+            task.cancel()
+        loop.run_until_complete(task)
+    except asyncio.CancelledError:
+        if interrupted:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        if handles_ctrl_c:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if task is not None:
+            if not task.done():
+                task.cancel()
+            elif not task.cancelled():
+                task.exception()  # read: a KeyboardInterrupt raised inside the task is not "never retrieved"
 
 
 class JobsApi:
@@ -227,16 +274,7 @@ class JobsApi:
         def stream():
             if self._runner is None:
                 raise RuntimeError("JobsApi.follow needs `with JobsApi(...) as api:`")
-            coro = tail()
-            try:
-                self._runner.run(coro)
-            except asyncio.CancelledError:
-                # Only the Runner's Ctrl-C handler holds the stream's task. A SIGINT that lands as
-                # run() installs that handler is not counted (run() zeroes the count after installing
-                # it, CPython 3.12), so the cancellation comes out instead of KeyboardInterrupt.
-                raise KeyboardInterrupt from None
-            finally:
-                coro.close()  # an interrupt before the first await leaves it unstarted: no "never awaited"
+            run_until_ctrl_c(self._runner.get_loop(), tail)
 
         try:
             self._call(f"following the log of {sid}", stream)
