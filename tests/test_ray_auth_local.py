@@ -287,6 +287,14 @@ def test_the_heads_log_monitor_and_raylet_run_with_the_lean_settings(head):
         assert LEAN_RAY_ENV.items() <= environ.items(), kind
 
 
+def test_the_heads_ray_start_is_rays_command_line_without_serves_commands(head):
+    """``ray start`` runs through ``training/driver/ray_start.py``, without Serve's command group, whose import loads
+    pandas: its C extensions would be in the process's memory map, beside Ray's own core (the control)."""
+    maps = Path(f"/proc/{head._proc.pid}/maps").read_text()
+    assert "/ray/_raylet.so" in maps
+    assert "/pandas/" not in maps
+
+
 def test_the_heads_ray_links_and_publishes_a_libtpu_log_folder_of_its_own_not_the_machines(head):
     """Ray links the libtpu log folder into the node's log folder, and its log monitor publishes every file there to
     every driver: the machine's /tmp/tpu_logs unless TPU_LOG_DIR names another, so a compile check's libtpu logs,

@@ -73,6 +73,9 @@ TEMP_DIR_ENV = "TMPDIR"
 in its jobs'. Ray's dashboard starts its modules from a multiprocessing forkserver, whose socket folder
 (``/tmp/pymp-*``) stays behind however the head stops; a local head's is a folder of its own, removed with it."""
 
+RAY_START = (sys.executable, "-m", "gke_ray_tpu.training.driver.ray_start", "start")
+"""``ray start`` as Ray's CLI runs it, less Serve's commands (``training/driver/ray_start.py``)."""
+
 WORKER_PORTS_FREE = ("--min-worker-port=0", "--max-worker-port=0")
 """Each worker process binds a port the system picks (as Ray's own ``cluster_utils`` starts its nodes), not one of
 ``ray start``'s fixed 10002-19999, which every other Ray on this machine hands out too."""
@@ -158,7 +161,7 @@ class LocalRayHead(Started):
     def _command(self, ports: dict[str, int]) -> list[str]:
         """``ray start --head`` on 127.0.0.1 and ``ports`` (a subclass adds flags)."""
         return [
-            str(Path(sys.executable).parent / "ray"), "start", "--head", "--block",
+            *RAY_START, "--head", "--block",
             "--node-ip-address=127.0.0.1",
             "--dashboard-host=127.0.0.1",
             "--include-dashboard=true",
@@ -341,7 +344,7 @@ class LocalRayNode(Started):
         publish them all). Ray's own nodes on one machine run so (ray.cluster_utils.Cluster.add_node: one log
         monitor per physical host)."""
         return [
-            str(Path(sys.executable).parent / "ray"), "start", f"--address={self.head.gcs_address}", "--block",
+            *RAY_START, f"--address={self.head.gcs_address}", "--block",
             "--node-ip-address=127.0.0.1", f"--node-name={name}", f"--num-cpus={self.num_cpus}",
             "--object-store-memory=268435456", f"--temp-dir={self.head._temp_dir}", "--include-log-monitor=False",
             "--disable-usage-stats", *(f"{flag}={port}" for flag, port in ports.items()), *WORKER_PORTS_FREE,
