@@ -280,9 +280,10 @@ def _heads_own_folder(head: LocalRayHead, variable: str) -> Path:
     return own
 
 
-def test_the_heads_log_monitor_and_raylet_run_with_the_lean_settings(head):
-    """LEAN_RAY_ENV reaches the processes that read it: the log monitor (its glob interval) and the raylet (its
-    worker prestart)."""
+def test_the_heads_log_monitor_raylet_and_dashboard_run_with_the_lean_settings(head):
+    """LEAN_RAY_ENV reaches the processes that read it: the log monitor (its glob interval), the raylet (its worker
+    prestart, Ray's metrics, and the environment it starts the node's dashboard agent and workers with) and the
+    dashboard (its own metrics)."""
     for kind, environ in _environments(head).items():
         assert LEAN_RAY_ENV.items() <= environ.items(), kind
 

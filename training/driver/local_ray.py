@@ -58,6 +58,12 @@ LEAN_RAY_ENV = {
     # Ray starts num_cpus idle workers when the first driver connects; a job's actors come with a runtime env
     # of their own and start workers for it, so the README's job left two of them unused to the end.
     "RAY_prestart_worker_first_driver": "0",
+    # Ray's own metrics, which nothing scrapes from a throwaway head: every Ray process records and exports them,
+    # each node's dashboard agent takes every worker's CPU and memory (psutil) every 5 s for them, and the
+    # dashboard its own and its modules' (each one's /proc smaps) every 5 s. Off, and the two every minute.
+    "RAY_enable_metrics_collection": "0",
+    "REPORTER_UPDATE_INTERVAL_MS": "60000",
+    "METRICS_RECORD_INTERVAL_S": "60",
 }
 """Ray settings for a throwaway head and its nodes: less CPU for Ray's own processes; a job's workers and its log
 are what they were."""
